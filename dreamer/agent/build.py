@@ -1,0 +1,285 @@
+"""Wires torchrl's DreamerV3 components into one agent: world model, actor, critic,
+the acting policy served to the collector, and the combined DreamerV3 loss."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from tensordict.nn import (
+    InteractionType,
+    ProbabilisticTensorDictModule,
+    ProbabilisticTensorDictSequential,
+    TensorDictModule,
+    TensorDictSequential,
+)
+from torch import nn
+from torchrl.data import Bounded, Composite, OneHot, Unbounded
+from torchrl.envs.model_based.dreamer import DreamerEnv
+from torchrl.modules import (
+    DreamerV3DiscreteActor,
+    DreamerV3MLP,
+    RSSMPosteriorV3,
+    RSSMPriorV3,
+    RSSMRolloutV3,
+    RSSMStateEstimatorV3,
+    SymExpTwoHot,
+    WorldModelWrapper,
+)
+from torchrl.modules.distributions.continuous import IndependentNormal
+from torchrl.objectives import (
+    DreamerV3ActorLoss,
+    DreamerV3Loss,
+    DreamerV3ModelLoss,
+    DreamerV3ValueLoss,
+    SoftUpdate,
+    ValueEstimators,
+)
+
+from dreamer.agent.networks import Carry, ContinuousActorNet, MultiDecoder, MultiEncoder, ToFloat
+from dreamer.agent.spaces import EnvSpaces
+
+
+def reco_key(name: str) -> str:
+    return f"reco_{name}"
+
+
+@dataclass
+class Agent:
+    spaces: EnvSpaces
+    world_model: TensorDictSequential
+    actor: ProbabilisticTensorDictSequential
+    value: TensorDictSequential
+    policy: TensorDictSequential
+    loss: DreamerV3Loss
+    target_updater: SoftUpdate
+
+    @property
+    def state_dim(self) -> int:
+        return self.loss.model_loss.world_model[1].rssm_prior.module.num_categoricals * (
+            self.loss.model_loss.world_model[1].rssm_prior.module.num_classes
+        )
+
+
+def _head(in_features: int, out: int, model, outscale: float = 1.0) -> DreamerV3MLP:
+    return DreamerV3MLP(
+        in_features, out, depth=model.layers, num_cells=model.units, outscale=outscale
+    )
+
+
+def _two_hot_head(net: nn.Module, prefix, name: str, in_keys, bins: int) -> TensorDictSequential:
+    logits = (*prefix, f"{name}_logits") if prefix else f"{name}_logits"
+    value = (*prefix, name) if prefix else name
+    return TensorDictSequential(
+        TensorDictModule(net, in_keys=in_keys, out_keys=[logits]),
+        TensorDictModule(ToFloat(), in_keys=[logits], out_keys=[logits]),
+        TensorDictModule(SymExpTwoHot(bins), in_keys=[logits], out_keys=[value]),
+    )
+
+
+def _make_actor(spaces: EnvSpaces, features: int, model) -> ProbabilisticTensorDictSequential:
+    if spaces.discrete:
+        return DreamerV3DiscreteActor(
+            features,
+            spaces.action_dim,
+            depth=model.layers,
+            num_cells=model.units,
+            unimix=model.unimix,
+        )
+    return ProbabilisticTensorDictSequential(
+        TensorDictModule(
+            ContinuousActorNet(features, spaces.action_dim, model.units, model.layers),
+            in_keys=["state", "belief"],
+            out_keys=["loc", "scale"],
+        ),
+        ProbabilisticTensorDictModule(
+            in_keys=["loc", "scale"],
+            out_keys=["action"],
+            default_interaction_type=InteractionType.RANDOM,
+            distribution_class=IndependentNormal,
+            return_log_prob=True,
+            log_prob_key="action_log_prob",
+        ),
+    )
+
+
+def _action_spec(spaces: EnvSpaces):
+    if spaces.discrete:
+        return OneHot(spaces.action_dim)
+    return Bounded(spaces.action_low, spaces.action_high, (spaces.action_dim,))
+
+
+def build_agent(model, learner, spaces: EnvSpaces) -> Agent:
+    """Build every network and the DreamerV3 loss from the ``model`` and ``learner``
+    config nodes (attribute access: deter, hidden, stoch, classes, ...)."""
+    state_dim = model.stoch * model.classes
+    features = state_dim + model.deter
+    obs_names = [key.name for key in spaces.obs]
+
+    encoder = MultiEncoder(spaces, model.cnn_depth, model.units, model.layers)
+    prior = RSSMPriorV3(
+        action_shape=(spaces.action_dim,),
+        action_dim=spaces.action_dim,
+        hidden_dim=model.hidden,
+        rnn_hidden_dim=model.deter,
+        num_categoricals=model.stoch,
+        num_classes=model.classes,
+        recurrent_model="block_gru",
+        num_blocks=model.blocks,
+        unimix=model.unimix,
+    )
+    posterior = RSSMPosteriorV3(
+        hidden_dim=model.hidden,
+        num_categoricals=model.stoch,
+        num_classes=model.classes,
+        rnn_hidden_dim=model.deter,
+        obs_embed_dim=encoder.out_features,
+        use_rms_norm=True,
+        unimix=model.unimix,
+    )
+    decoder = MultiDecoder(spaces, features, model.cnn_depth, model.units, model.layers)
+    reward_net = _head(features, model.bins, model, outscale=0.0)
+    continue_net = _head(features, 1, model)
+    next_latent = [("next", "state"), ("next", "belief")]
+
+    world_model = TensorDictSequential(
+        TensorDictModule(
+            encoder,
+            in_keys=[("next", name) for name in obs_names],
+            out_keys=[("next", "encoded_latents")],
+        ),
+        RSSMRolloutV3(
+            TensorDictModule(
+                prior,
+                in_keys=["state", "belief", "action"],
+                out_keys=[("next", "prior_logits"), ("next", "state"), ("next", "belief")],
+            ),
+            TensorDictModule(
+                posterior,
+                in_keys=[("next", "belief"), ("next", "encoded_latents")],
+                out_keys=[("next", "posterior_logits"), ("next", "state")],
+            ),
+            reset_key="is_init",
+        ),
+        TensorDictModule(
+            decoder,
+            in_keys=next_latent,
+            out_keys=[("next", reco_key(name)) for name in obs_names],
+        ),
+        _two_hot_head(reward_net, ("next",), "reward", next_latent, model.bins),
+        TensorDictModule(continue_net, in_keys=next_latent, out_keys=[("next", "continue_pred")]),
+    )
+
+    imagination = WorldModelWrapper(
+        TensorDictModule(prior, in_keys=["state", "belief", "action"], out_keys=["_", "state", "belief"]),
+        _two_hot_head(reward_net, (), "reward", ["state", "belief"], model.bins),
+    )
+    imagination_env = DreamerEnv(
+        imagination, prior_shape=torch.Size([state_dim]), belief_shape=torch.Size([model.deter])
+    )
+    imagination_env.observation_spec = Composite(
+        state=Unbounded(state_dim), belief=Unbounded(model.deter)
+    )
+    imagination_env.state_spec = imagination_env.observation_spec.clone()
+    imagination_env.action_spec = _action_spec(spaces)
+    imagination_env.reward_spec = Unbounded((1,))
+    continuation = TensorDictSequential(
+        TensorDictModule(continue_net, in_keys=["state", "belief"], out_keys=["continue_logits"]),
+        TensorDictModule(nn.Sigmoid(), in_keys=["continue_logits"], out_keys=["continuation"]),
+    )
+
+    actor = _make_actor(spaces, features, model)
+    value = _two_hot_head(
+        _head(features, model.bins, model, outscale=0.0), (), "state_value", ["state", "belief"], model.bins
+    )
+
+    model_loss = DreamerV3ModelLoss(
+        world_model,
+        kl_mode="separate",
+        lambda_dynamic=1.0,
+        lambda_representation=0.1,
+        lambda_continue=1.0,
+        unimix=model.unimix,
+        free_bits=1.0,
+        reco_symlog=[key.kind == "vector" for key in spaces.obs],
+        num_reward_bins=model.bins,
+        detach_output=False,
+    )
+    model_loss.set_keys(pixels=obs_names, reco_pixels=[reco_key(n) for n in obs_names])
+    actor_loss = DreamerV3ActorLoss(
+        actor,
+        value,
+        imagination_env,
+        continuation_model=continuation,
+        imagination_horizon=learner.horizon,
+        entropy_bonus=learner.entropy,
+        use_reinforce=True,
+    )
+    actor_loss.make_value_estimator(
+        ValueEstimators.TDLambda, gamma=1 - 1 / learner.return_horizon, lmbda=learner.lmbda
+    )
+    value_loss = DreamerV3ValueLoss(
+        value,
+        value_loss="two_hot",
+        actor_loss=actor_loss,
+        num_value_bins=model.bins,
+        slow_critic_regularization=1.0,
+    )
+    # Imagining from a subset of starts makes the replay-value term (which needs a
+    # return for every replayed state) undefined, so it is switched off then.
+    repval = learner.repval if not learner.imag_starts else 0.0
+    loss = DreamerV3Loss(
+        model_loss,
+        ImagineFromSubset(actor_loss, learner.imag_starts) if learner.imag_starts else actor_loss,
+        value_loss,
+        replay_value_loss_weight=repval,
+        continuation_horizon=learner.return_horizon,
+        lmbda=learner.lmbda,
+    )
+    target_updater = SoftUpdate(value_loss, tau=learner.slow_critic)
+
+    policy = TensorDictSequential(
+        TensorDictModule(encoder, in_keys=obs_names, out_keys=["encoded_latents"]),
+        RSSMStateEstimatorV3(prior, posterior),
+        actor,
+        TensorDictModule(
+            Carry(),
+            in_keys=["state", "belief", "action"],
+            out_keys=[("next", "state"), ("next", "belief"), ("next", "previous_action")],
+        ),
+        selected_out_keys=[
+            "action",
+            "state",
+            "belief",
+            ("next", "state"),
+            ("next", "belief"),
+            ("next", "previous_action"),
+        ],
+    )
+    return Agent(spaces, world_model, actor, value, policy, loss, target_updater)
+
+
+class ImagineFromSubset(nn.Module):
+    """Imagines from ``starts`` random replayed states instead of all B x T.
+
+    The DreamerV3 author's configuration has this option; it divides the actor and
+    critic cost by (B x T) / starts, the dominant cost of a CPU update.
+    """
+
+    def __init__(self, actor_loss: DreamerV3ActorLoss, starts: int):
+        super().__init__()
+        self.inner = actor_loss
+        self.starts = starts
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.inner, name)
+
+    def forward(self, tensordict):
+        count = tensordict.shape[0]
+        if self.starts < count:
+            index = torch.randperm(count, device=tensordict.device)[: self.starts]
+            tensordict = tensordict[index]
+        return self.inner(tensordict)

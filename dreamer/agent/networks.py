@@ -1,0 +1,141 @@
+"""Networks torchrl does not ship: multi-key observation encoder and decoder, and a
+continuous actor head. Everything else (RSSM, CNNs, MLPs, discrete actor) is torchrl's.
+
+torchrl's DreamerV3 modules take one image or one vector; real environments (MineDojo,
+robotics) give several keys at once, so these modules route each key to the matching
+torchrl network and concatenate (encoder) or split (decoder) the features.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torchrl.modules import DreamerV3ImageDecoder, DreamerV3ImageEncoder, DreamerV3MLP
+from torchrl.modules.models.model_based import _dreamer_v3_init
+from torchrl.objectives.dreamer_v3 import symexp, symlog
+
+from dreamer.agent.spaces import EnvSpaces
+
+CNN_MULTS = (2, 3, 4, 4)
+
+
+def _channels_first(image: torch.Tensor) -> torch.Tensor:
+    return image.movedim(-1, -3)
+
+
+class MultiEncoder(nn.Module):
+    """Images through torchrl's CNN, symlog vectors through an MLP, concatenated.
+
+    Inputs come in the order of ``spaces.obs``.
+    """
+
+    def __init__(self, spaces: EnvSpaces, cnn_depth: int, units: int, layers: int):
+        super().__init__()
+        self.kinds = [key.kind for key in spaces.obs]
+        self.cnns = nn.ModuleList(
+            DreamerV3ImageEncoder(key.shape[-1], depth=cnn_depth, mults=CNN_MULTS)
+            for key in spaces.image_keys
+        )
+        image_features = sum(
+            cnn.output_features((key.shape[-1], *key.shape[:2]))
+            for cnn, key in zip(self.cnns, spaces.image_keys, strict=True)
+        )
+        vector_size = sum(key.size for key in spaces.vector_keys)
+        self.mlp = (
+            DreamerV3MLP(vector_size, None, depth=layers, num_cells=units)
+            if vector_size
+            else None
+        )
+        self.out_features = image_features + (units if vector_size else 0)
+
+    def forward(self, *observations: torch.Tensor) -> torch.Tensor:
+        images = [obs for obs, kind in zip(observations, self.kinds) if kind == "image"]
+        vectors = [obs for obs, kind in zip(observations, self.kinds) if kind == "vector"]
+        features = [cnn(_channels_first(image)) for cnn, image in zip(self.cnns, images)]
+        if self.mlp is not None:
+            flat = torch.cat([vector.float() for vector in vectors], -1)
+            features.append(self.mlp(symlog(flat)))
+        return torch.cat(features, -1) if len(features) > 1 else features[0]
+
+
+class MultiDecoder(nn.Module):
+    """Reconstructs every observation key from the latent features.
+
+    Images come out HWC in [0, 1] scale (compared with target / 255); vectors come
+    out through symexp so the loss's symlog compares them in symlog space.
+    """
+
+    def __init__(
+        self, spaces: EnvSpaces, in_features: int, cnn_depth: int, units: int, layers: int
+    ):
+        super().__init__()
+        self.kinds = [key.kind for key in spaces.obs]
+        self.cnns = nn.ModuleList(
+            DreamerV3ImageDecoder(
+                in_features,
+                (key.shape[-1], *key.shape[:2]),
+                depth=cnn_depth,
+                mults=CNN_MULTS,
+            )
+            for key in spaces.image_keys
+        )
+        self.vector_sizes = [key.size for key in spaces.vector_keys]
+        self.vector_shapes = [key.shape for key in spaces.vector_keys]
+        self.mlp = None
+        if self.vector_sizes:
+            self.mlp = DreamerV3MLP(in_features, None, depth=layers, num_cells=units)
+            self.heads = nn.ModuleList(nn.Linear(units, size) for size in self.vector_sizes)
+            self.heads.apply(_dreamer_v3_init)
+
+    def forward(self, state: torch.Tensor, belief: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        features = torch.cat([state, belief], -1)
+        images = iter([_channels_first_inverse(cnn(features)) for cnn in self.cnns])
+        vectors = iter(())
+        if self.mlp is not None:
+            hidden = self.mlp(features)
+            vectors = iter(
+                symexp(head(hidden).float()).reshape(*hidden.shape[:-1], *shape)
+                for head, shape in zip(self.heads, self.vector_shapes)
+            )
+        return tuple(next(images) if kind == "image" else next(vectors) for kind in self.kinds)
+
+
+def _channels_first_inverse(image: torch.Tensor) -> torch.Tensor:
+    return image.float().movedim(-3, -1)
+
+
+class ContinuousActorNet(nn.Module):
+    """Gaussian actor head for box actions (torchrl only ships the discrete one)."""
+
+    def __init__(self, in_features: int, action_dim: int, units: int, layers: int):
+        super().__init__()
+        self.backbone = DreamerV3MLP(in_features, None, depth=layers, num_cells=units)
+        self.mean = nn.Linear(units, action_dim)
+        self.std = nn.Linear(units, action_dim)
+        for head in (self.mean, self.std):
+            _dreamer_v3_init(head)
+            with torch.no_grad():
+                head.weight.mul_(0.01)
+        self.min_std, self.max_std = 0.1, 1.0
+
+    def forward(
+        self, state: torch.Tensor, belief: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden = self.backbone(belief, state)
+        mean = self.mean(hidden).tanh()
+        std = (self.max_std - self.min_std) * torch.sigmoid(self.std(hidden) + 2) + self.min_std
+        return mean.float(), std.float()
+
+
+class ToFloat(nn.Module):
+    def forward(self, value: torch.Tensor) -> torch.Tensor:
+        return value.float()
+
+
+class Carry(nn.Module):
+    """Copies the acting state into ``next`` so the env's step_mdp carries it."""
+
+    def forward(
+        self, state: torch.Tensor, belief: torch.Tensor, action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return state.float(), belief.float(), action.float()

@@ -1,0 +1,76 @@
+"""What the agent needs to know about an environment, as plain picklable data.
+
+The inference-server process rebuilds the policy from this description, so it must
+not hold live torchrl specs or environments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torchrl.data import Composite, OneHot, TensorSpec
+
+# Keys that the env transforms add for the agent itself, never encoded.
+AGENT_KEYS = ("state", "belief", "previous_action", "is_init", "step_count", "episode_reward")
+
+
+@dataclass(frozen=True)
+class ObsKey:
+    """One observation entry: images are HWC uint8, vectors are flat floats."""
+
+    name: str
+    shape: tuple[int, ...]
+    kind: str  # "image" | "vector"
+
+    @property
+    def size(self) -> int:
+        return int(torch.Size(self.shape).numel())
+
+
+@dataclass(frozen=True)
+class EnvSpaces:
+    obs: tuple[ObsKey, ...]
+    action_dim: int
+    discrete: bool
+    action_low: float = -1.0
+    action_high: float = 1.0
+
+    @property
+    def image_keys(self) -> tuple[ObsKey, ...]:
+        return tuple(key for key in self.obs if key.kind == "image")
+
+    @property
+    def vector_keys(self) -> tuple[ObsKey, ...]:
+        return tuple(key for key in self.obs if key.kind == "vector")
+
+
+def _obs_kind(spec: TensorSpec) -> str:
+    if len(spec.shape) == 3 and spec.shape[-1] in (1, 3) and spec.dtype == torch.uint8:
+        return "image"
+    if len(spec.shape) <= 1:
+        return "vector"
+    raise ValueError(
+        f"unsupported observation shape {tuple(spec.shape)} ({spec.dtype}): "
+        "expected an HWC uint8 image or a flat vector"
+    )
+
+
+def spaces_from_specs(observation_spec: Composite, action_spec: TensorSpec) -> EnvSpaces:
+    """Describe a torchrl env's observation and action specs for the agent."""
+    obs = []
+    for name in sorted(observation_spec.keys()):
+        if name in AGENT_KEYS or name.startswith("info_"):
+            continue
+        spec = observation_spec[name]
+        shape = tuple(spec.shape) if len(spec.shape) else (1,)
+        obs.append(ObsKey(name, shape, _obs_kind(spec)))
+    if not obs:
+        raise ValueError("the environment has no observation the agent can encode")
+    if isinstance(action_spec, OneHot):
+        return EnvSpaces(tuple(obs), int(action_spec.shape[-1]), discrete=True)
+    if len(action_spec.shape) != 1:
+        raise ValueError(f"unsupported action shape {tuple(action_spec.shape)}")
+    low = float(action_spec.space.low.min())
+    high = float(action_spec.space.high.max())
+    return EnvSpaces(tuple(obs), int(action_spec.shape[-1]), False, low, high)

@@ -1,0 +1,89 @@
+"""torchrl ``AsyncBatchedCollector`` wiring: process env workers that reach a dedicated
+inference process through shared-memory slots, and send the driver chunks of
+finished transitions that land straight in replay."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from types import SimpleNamespace
+
+import torch
+from torchrl.collectors import AsyncBatchedCollector
+from torchrl.modules.inference_server import InferenceServerConfig, ProcessSlotTransport
+
+from dreamer.agent.build import build_agent
+from dreamer.agent.spaces import EnvSpaces
+from dreamer.envs import make_env
+
+log = logging.getLogger(__name__)
+
+
+class CollectorError(RuntimeError):
+    pass
+
+
+def build_policy(model: dict, learner: dict, spaces: EnvSpaces, seed: int, threads: int):
+    """The acting policy, built identically in the driver and the inference process.
+
+    torch's thread count is not set by the inference process itself; on few cores
+    its default oversubscribes (7 ms -> 100+ ms per forward), so it is set here.
+    """
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    agent = build_agent(SimpleNamespace(**model), SimpleNamespace(**learner), spaces)
+    return agent.policy
+
+
+def env_seeds(seed: int, rank: int, count: int) -> list[int]:
+    return [seed * 10_000 + rank * 1_000 + index for index in range(count)]
+
+
+def make_collector(
+    *,
+    env: dict,
+    model: dict,
+    learner: dict,
+    spaces: EnvSpaces,
+    latent: tuple[int, int],
+    envs: int,
+    chunk: int,
+    seed: int,
+    threads: int,
+    replay,
+    total: int = -1,
+    rank: int = 0,
+) -> AsyncBatchedCollector:
+    env_fns = [
+        functools.partial(make_env, env, env_seed, latent)
+        for env_seed in env_seeds(seed, rank, envs)
+    ]
+    collector = AsyncBatchedCollector(
+        env_fns,
+        policy_factory=functools.partial(build_policy, model, learner, spaces, seed, threads),
+        frames_per_batch=chunk * envs,
+        total_frames=total,
+        env_backend="multiprocessing",
+        transport="auto",
+        transition_chunk_size=chunk,
+        server_config=InferenceServerConfig(
+            max_batch_size=envs, min_batch_size=1, timeout=0.001
+        ),
+        replay_buffer=replay,
+    )
+    transport = collector._transport  # torchrl exposes no public accessor
+    if not isinstance(transport, ProcessSlotTransport):
+        collector.shutdown()
+        raise CollectorError(
+            "torchrl fell back to a thread inference server (see its log line above); "
+            "the policy inputs must match the env's keys"
+        )
+    log.info(
+        "collector: %d process workers, transport=%s, server=%s, chunk=%d, max batch=%d",
+        envs,
+        type(transport).__name__,
+        collector._server_backend,
+        chunk,
+        envs,
+    )
+    return collector

@@ -1,0 +1,97 @@
+"""``make_env``: one environment for the agent, as a torchrl ``EnvBase``.
+
+Adapters: ``crafter`` (embedded default), ``cartpole`` and ``gym`` (any gymnasium id).
+Every env carries the transforms the DreamerV3 acting policy needs: ``is_init``, an
+episode step counter and return, and zero-initialised ``state``/``belief``/
+``previous_action`` entries that the policy fills and ``step_mdp`` carries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+from torchrl.data import Unbounded
+from torchrl.envs import (
+    ClipTransform,
+    Compose,
+    DoubleToFloat,
+    EnvBase,
+    GymEnv,
+    GymWrapper,
+    InitTracker,
+    RewardScaling,
+    RewardSum,
+    StepCounter,
+    TensorDictPrimer,
+    TransformedEnv,
+)
+from torchrl.envs.gym_like import default_info_dict_reader
+
+ACHIEVEMENTS_KEY = "info_achievements"
+
+
+class _CrafterAchievements(default_info_dict_reader):
+    """Reads Crafter's per-episode achievement counts as one int vector."""
+
+    def __init__(self, names: tuple[str, ...]):
+        super().__init__(
+            [ACHIEVEMENTS_KEY],
+            spec={ACHIEVEMENTS_KEY: Unbounded((len(names),), dtype=torch.int64)},
+        )
+        self.names = names
+
+    def __call__(self, info_dict, tensordict):
+        if "achievements" in info_dict:
+            counts = [info_dict["achievements"][name] for name in self.names]
+            info_dict = {ACHIEVEMENTS_KEY: np.asarray(counts, dtype=np.int64)}
+        else:
+            info_dict = {ACHIEVEMENTS_KEY: np.zeros(len(self.names), dtype=np.int64)}
+        return super().__call__(info_dict, tensordict)
+
+
+def _base_env(env: Mapping, seed: int) -> tuple[EnvBase, int]:
+    """The raw env and the step cap still to enforce (0: the env enforces its own)."""
+    if env["name"] == "crafter":
+        from dreamer.envs.crafter import ACHIEVEMENTS, CrafterEnv
+
+        base = GymWrapper(CrafterEnv(size=env["size"], length=env["length"], seed=seed))
+        base.set_info_dict_reader(_CrafterAchievements(ACHIEVEMENTS))
+        return base, 0
+    return GymEnv(env["id"]), env["length"]
+
+
+def make_env(env: Mapping, seed: int, latent: tuple[int, int] | None = None) -> EnvBase:
+    """Build one env from the ``env`` config node (a plain mapping so it pickles).
+
+    ``latent`` = (state size, belief size) adds the acting-policy entries.
+    """
+    base, step_cap = _base_env(env, seed)
+    transforms = [
+        InitTracker(),
+        StepCounter(max_steps=step_cap or None),
+        RewardSum(),
+    ]
+    if any(spec.dtype == torch.float64 for spec in base.observation_spec.values(True, True)):
+        transforms.append(DoubleToFloat())
+    if env.get("reward_scale", 1.0) != 1.0:
+        transforms.append(RewardScaling(0.0, env["reward_scale"]))
+    action_spec = base.full_action_spec["action"]
+    if action_spec.domain == "continuous":
+        low, high = action_spec.space.low, action_spec.space.high
+        transforms.append(ClipTransform(in_keys_inv=["action"], low=low.min(), high=high.max()))
+    if latent is not None:
+        state, belief = latent
+        action_size = action_spec.shape[-1]
+        transforms.append(
+            TensorDictPrimer(
+                state=Unbounded(state),
+                belief=Unbounded(belief),
+                previous_action=Unbounded(action_size),
+                default_value=0.0,
+            )
+        )
+    result = TransformedEnv(base, Compose(*transforms))
+    result.set_seed(seed)
+    return result

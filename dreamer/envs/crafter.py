@@ -1,0 +1,97 @@
+"""Gymnasium adapter for the Crafter benchmark (https://github.com/danijar/crafter).
+
+Crafter uses the old 4-tuple gym API. ``CrafterEnv`` maps player death (``discount == 0``) to
+``terminated`` and the episode length limit to ``truncated``, returns contiguous uint8 HWC images
+and copies the info dict (dropping the large ``semantic`` map).
+
+Seeding follows Crafter's own scheme: an inner ``crafter.Env(seed=s)`` generates the world of its
+k-th episode from ``hash((s, k))``. ``reset(seed=s)`` therefore builds a fresh inner env with seed
+``s``; resets without a seed advance the episode counter, so the sequence of worlds is
+deterministic given the last seed (constructor or reset).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import crafter
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+ACHIEVEMENTS: tuple[str, ...] = tuple(sorted(crafter.constants.achievements))
+ACTIONS: tuple[str, ...] = tuple(crafter.constants.actions)
+
+
+class CrafterEnv(gymnasium.Env):
+    """Crafter with the gymnasium 5-tuple API and a ``(size, size, 3)`` uint8 observation."""
+
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(self, size: int = 64, length: int = 10000, seed: int | None = None) -> None:
+        self._size = size
+        self._length = length
+        self.render_mode = "rgb_array"
+        self.observation_space = spaces.Box(0, 255, (size, size, 3), np.uint8)
+        self.action_space = spaces.Discrete(len(ACTIONS))
+        if seed is None:
+            # Crafter would draw from numpy's global RNG; use fresh OS entropy instead.
+            seed = int(np.random.SeedSequence().generate_state(1)[0] % (2**31 - 1))
+        self._env = self._make_inner(seed)
+        self._last_obs: np.ndarray | None = None
+        self._counts: dict[str, int] = {}
+
+    def _make_inner(self, seed: int) -> crafter.Env:
+        # Crafter checks ``self._length and step >= length``, so length=0 disables the limit.
+        return crafter.Env(size=(self._size, self._size), length=self._length, seed=seed)
+
+    def _image(self, obs: np.ndarray) -> np.ndarray:
+        # Crafter returns a transposed (non-contiguous) view; make a fresh contiguous copy.
+        image = np.array(obs, dtype=np.uint8, order="C", copy=True)
+        assert image.shape == self.observation_space.shape, image.shape
+        self._last_obs = image
+        return image
+
+    def _player_info(self) -> dict[str, Any]:
+        player = self._env._player
+        return {
+            "inventory": dict(player.inventory),
+            "achievements": dict(player.achievements),
+            "discount": 1.0,
+            "player_pos": np.array(player.pos),
+            "achievements_unlocked": (),
+        }
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        if seed is not None:
+            self._env = self._make_inner(int(seed))
+        obs = self._image(self._env.reset())
+        info = self._player_info()
+        self._counts = dict(info["achievements"])
+        return obs, info
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self._last_obs is None:
+            raise RuntimeError("call reset() before step()")
+        obs, reward, done, raw = self._env.step(int(action))
+        info: dict[str, Any] = {
+            "inventory": dict(raw["inventory"]),
+            "achievements": dict(raw["achievements"]),
+            "discount": float(raw["discount"]),
+            "player_pos": np.array(raw["player_pos"]),
+        }
+        info["achievements_unlocked"] = tuple(
+            name
+            for name in ACHIEVEMENTS
+            if info["achievements"][name] > 0 and self._counts.get(name, 0) == 0
+        )
+        self._counts = dict(info["achievements"])
+        terminated = info["discount"] == 0.0
+        truncated = bool(done) and not terminated
+        return self._image(obs), float(reward), terminated, truncated, info
+
+    def render(self) -> np.ndarray | None:
+        return None if self._last_obs is None else self._last_obs.copy()

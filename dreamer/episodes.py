@@ -1,0 +1,58 @@
+"""Counts env steps and finished episodes from the transitions the driver receives."""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+
+from dreamer.envs import ACHIEVEMENTS_KEY
+
+
+class EpisodeStats:
+    """Registered as the collector's post-collect hook: sees every transition once."""
+
+    def __init__(self, achievement_names: tuple[str, ...] = ()):
+        self.env_steps = 0
+        self.episodes = 0
+        self.achievement_names = achievement_names
+        self._returns: list[float] = []
+        self._lengths: list[int] = []
+        self._unlocked = torch.zeros(len(achievement_names), dtype=torch.long)
+        self._interval_episodes = 0
+
+    def __call__(self, batch: TensorDictBase) -> None:
+        batch = batch.reshape(-1)
+        self.env_steps += batch.numel()
+        done = batch.get(("next", "done")).reshape(-1)
+        if not done.any():
+            return
+        finished = batch[done]
+        self.episodes += finished.numel()
+        self._interval_episodes += finished.numel()
+        self._returns += finished.get(("next", "episode_reward")).reshape(-1).tolist()
+        self._lengths += finished.get(("next", "step_count")).reshape(-1).tolist()
+        if self.achievement_names:
+            counts = finished.get(("next", ACHIEVEMENTS_KEY)).reshape(finished.numel(), -1)
+            self._unlocked += (counts > 0).sum(0)
+
+    def flush(self) -> dict[str, float]:
+        """Metrics of the episodes finished since the last flush."""
+        metrics: dict[str, float] = {"episodes": self.episodes}
+        if self._returns:
+            metrics["episode/return"] = sum(self._returns) / len(self._returns)
+            metrics["episode/length"] = sum(self._lengths) / len(self._lengths)
+            metrics["episode/count"] = len(self._returns)
+        if self.achievement_names and self._interval_episodes:
+            for name, count in zip(self.achievement_names, self._unlocked.tolist()):
+                metrics[f"achievements/{name}"] = count
+        self._returns, self._lengths = [], []
+        self._unlocked.zero_()
+        self._interval_episodes = 0
+        return metrics
+
+    def state_dict(self) -> dict:
+        return {"env_steps": self.env_steps, "episodes": self.episodes}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.env_steps = state["env_steps"]
+        self.episodes = state["episodes"]

@@ -1,0 +1,79 @@
+"""Run outputs: ``metrics.jsonl``, TensorBoard events and the progress bar."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+
+def setup_logging() -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
+    # torchrl logs its transport choice at INFO; keep it, silence the rest of its chatter.
+    logging.getLogger("torchrl").setLevel(logging.INFO)
+
+
+class MetricsWriter:
+    """Appends one JSON object per log interval; mirrors scalars to TensorBoard."""
+
+    def __init__(self, logdir: Path, tensorboard: bool = True):
+        self.path = logdir / "metrics.jsonl"
+        self.file = self.path.open("a", encoding="utf-8")
+        self.tensorboard = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tensorboard = SummaryWriter(str(logdir / "tensorboard"))
+
+    def write(self, step: int, metrics: dict[str, float]) -> None:
+        clean = {
+            key: (value if math.isfinite(value) else None) if isinstance(value, float) else value
+            for key, value in metrics.items()
+        }
+        self.file.write(json.dumps(clean, sort_keys=True) + "\n")
+        self.file.flush()
+        if self.tensorboard is not None:
+            for key, value in metrics.items():
+                if isinstance(value, int | float) and math.isfinite(value):
+                    self.tensorboard.add_scalar(key, value, step)
+
+    def close(self) -> None:
+        self.file.close()
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+
+
+class Progress:
+    """tqdm bar over env steps showing steps/s, updates/s and the ETA."""
+
+    def __init__(self, total: int, initial: int = 0, enabled: bool = True):
+        self.bar = tqdm(
+            total=total,
+            initial=initial,
+            unit="step",
+            dynamic_ncols=True,
+            disable=not enabled,
+            file=sys.stderr,
+        )
+        self.started = time.perf_counter()
+        self.first_updates = None
+
+    def update(self, env_steps: int, updates: int) -> None:
+        if self.first_updates is None:
+            self.first_updates = updates
+        elapsed = max(time.perf_counter() - self.started, 1e-9)
+        self.bar.set_postfix(upd=updates, upd_s=f"{(updates - self.first_updates) / elapsed:.2f}")
+        self.bar.update(env_steps - self.bar.n)
+
+    def close(self) -> None:
+        self.bar.close()

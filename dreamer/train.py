@@ -1,0 +1,176 @@
+"""``python -m dreamer.train [overrides]``: set up, run the loop, clean up."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+from torchrl.trainers.algorithms import DreamerV3UpdateRatio
+
+from dreamer import checkpoint
+from dreamer.agent.build import build_agent
+from dreamer.agent.spaces import spaces_from_specs
+from dreamer.collect import make_collector
+from dreamer.config import from_argv
+from dreamer.envs import make_env
+from dreamer.episodes import EpisodeStats
+from dreamer.heap import frozen_heap
+from dreamer.learner import Learner, resolve_device
+from dreamer.logs import MetricsWriter, Progress, setup_logging
+from dreamer.replay import SequenceReplay, replay_keys
+
+log = logging.getLogger("dreamer")
+
+
+class Every:
+    """Is it time yet? True once per ``period`` of a growing counter."""
+
+    def __init__(self, period: float, start: float = 0):
+        self.period = period
+        self.next = start + period
+
+    def __call__(self, value: float) -> bool:
+        if value < self.next:
+            return False
+        while self.next <= value:
+            self.next += self.period
+        return True
+
+
+def describe_env(cfg) -> tuple:
+    probe = make_env(OmegaConf.to_container(cfg.env), cfg.run.seed)
+    try:
+        spaces = spaces_from_specs(probe.observation_spec, probe.full_action_spec["action"])
+    finally:
+        probe.close()
+    achievements = ()
+    if cfg.env.name == "crafter":
+        from dreamer.envs.crafter import ACHIEVEMENTS
+
+        achievements = ACHIEVEMENTS
+    return spaces, achievements
+
+
+def cpu_speed_note(seconds_per_update: float, cfg) -> str:
+    updates = cfg.run.steps * cfg.run.train_ratio / (cfg.replay.batch * cfg.replay.length)
+    hours = updates * seconds_per_update / 3600
+    return (
+        f"no GPU: one learner update took {seconds_per_update:.2f} s on this CPU; "
+        f"run.steps={cfg.run.steps} needs ~{updates:,.0f} updates = ~{hours:,.1f} h of "
+        "learner time. For a quick end-to-end check run `make smoke`."
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = from_argv(sys.argv[1:] if argv is None else argv)
+    setup_logging()
+    logdir = Path(cfg.run.logdir)
+    logdir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, logdir / "config.yaml", resolve=True)
+    if cfg.learner.threads:
+        torch.set_num_threads(cfg.learner.threads)
+
+    spaces, achievements = describe_env(cfg)
+    model, learner_cfg = OmegaConf.to_container(cfg.model), OmegaConf.to_container(cfg.learner)
+    torch.manual_seed(cfg.run.seed)  # the inference process builds the same weights
+    agent = build_agent(cfg.model, cfg.learner, spaces)
+    latent = (cfg.model.stoch * cfg.model.classes, cfg.model.deter)
+    device = resolve_device(cfg.learner.device)
+    learner = Learner(agent, cfg.learner, device)
+    replay = SequenceReplay(
+        cfg.replay.size,
+        cfg.run.envs,
+        cfg.replay.batch,
+        cfg.replay.length,
+        replay_keys([key.name for key in spaces.obs]),
+        seed=cfg.run.seed,
+    )
+    stats = EpisodeStats(achievements)
+    collector = make_collector(
+        env=OmegaConf.to_container(cfg.env),
+        model=model,
+        learner=learner_cfg,
+        spaces=spaces,
+        latent=latent,
+        envs=cfg.run.envs,
+        chunk=cfg.collector.chunk,
+        seed=cfg.run.seed,
+        threads=cfg.collector.threads,
+        replay=replay,
+        total=cfg.run.steps,
+    )
+    collector.post_collect_hook = stats
+    ratio = DreamerV3UpdateRatio(
+        cfg.run.train_ratio / (cfg.replay.batch * cfg.replay.length)
+    )
+    metrics_writer = MetricsWriter(logdir)
+    progress = Progress(cfg.run.steps, enabled=cfg.run.progress)
+    log_due = Every(cfg.run.log_every)
+    save_due = Every(cfg.run.save_every, time.monotonic())
+    losses: dict[str, float] = {}
+    interval = {"time": time.perf_counter(), "steps": 0, "updates": 0}
+
+    def write_metrics() -> None:
+        now = time.perf_counter()
+        elapsed = max(now - interval["time"], 1e-9)
+        row = {
+            "env_steps": stats.env_steps,
+            "updates": learner.updates,
+            "env_steps_per_s": (stats.env_steps - interval["steps"]) / elapsed,
+            "updates_per_s": (learner.updates - interval["updates"]) / elapsed,
+            "replay/size": len(replay),
+            "policy_version": collector.policy_version,
+            **losses,
+            **stats.flush(),
+            **gc_stats.metrics(),
+        }
+        metrics_writer.write(stats.env_steps, row)
+        interval.update(time=now, steps=stats.env_steps, updates=learner.updates)
+
+    def save() -> None:
+        state = {
+            "learner": learner.state_dict(),
+            "ratio": ratio.state_dict(),
+            "episodes": stats.state_dict(),
+            "replay": replay.state_dict(),
+            "config": OmegaConf.to_container(cfg),
+        }
+        path = checkpoint.save(logdir, stats.env_steps, state)
+        log.info("checkpoint written: %s", path)
+
+    collector.update_policy_weights_(agent.policy)
+    log.info("training %s on %s, logging to %s", cfg.model.name, cfg.env.name, logdir)
+    try:
+        with frozen_heap() as gc_stats:
+            for _ in collector:
+                steps = stats.env_steps
+                if steps >= cfg.run.train_starts and replay.can_sample():
+                    for _ in range(ratio(steps)):
+                        started = time.perf_counter()
+                        losses = learner.update(replay.sample())
+                        if learner.updates == 1 and device.type == "cpu":
+                            log.info(cpu_speed_note(time.perf_counter() - started, cfg))
+                        if learner.updates % cfg.collector.sync_every == 0:
+                            collector.update_policy_weights_(agent.policy)
+                progress.update(steps, learner.updates)
+                if log_due(steps) or steps >= cfg.run.steps:
+                    write_metrics()
+                if save_due(time.monotonic()):
+                    save()
+                if steps >= cfg.run.steps:
+                    break
+    finally:
+        collector.shutdown()
+        progress.close()
+        save()
+        metrics_writer.close()
+    log.info("done: %d env steps, %d updates", stats.env_steps, learner.updates)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
