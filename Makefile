@@ -1,0 +1,38 @@
+# Two commands set everything up on a fresh machine (Python 3.11 + pip):
+#   make train   # creates .venv, installs, trains DreamerV3 on Crafter
+#   make test    # creates .venv, installs, runs the test suite
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install train smoke test lint bench-learning clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# torch first and exactly: the CPU wheel, never a multi-GB CUDA build by accident
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e ".[dev]"
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+train: $(STAMP)
+	$(PY) -m dreamer.train $(ARGS)
+
+smoke: $(STAMP)
+	$(PY) -m dreamer.train experiment=smoke $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest -q $(ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check dreamer tests benchmarks
+	$(VENV)/bin/ruff format --check dreamer tests benchmarks
+
+bench-learning: $(STAMP)
+	$(PY) benchmarks/learning.py $(ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,346 @@
+"""Configuration: one structured schema, YAML presets in ``conf/``, strict validation.
+
+``load(overrides)`` composes ``conf/config.yaml`` with Hydra's compose API, type-checks
+against the dataclass schema below (struct mode), range/choice-checks each field from its
+``check``/``choices`` metadata, derives ``run.logdir`` and returns a read-only DictConfig.
+Every user error becomes a ``ConfigError`` whose message is one line naming the dotted key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+import time
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+GROUPS = ("env", "model", "experiment")  # config groups: directories under conf/
+USAGE = "usage: python -m dreamer.train [-h] [--cfg job] [group=option ...] [section.key=value ...]"
+
+
+def _f(default: Any = MISSING, check: str | None = None, choices: tuple[str, ...] = ()) -> Any:
+    """A schema field; ``check``: '>= 1', '> 0', '[0, 1)', ...; ``choices``: allowed strings."""
+    return field(default=default, metadata={"check": check, "choices": choices})
+
+
+@dataclass
+class EnvConfig:
+    name: str = _f(choices=("cartpole", "crafter", "gym"))  # selects the env adapter
+    id: str = _f()  # gymnasium id (cartpole, gym); "crafter" for crafter
+    size: int = _f(64, ">= 16")  # image size (crafter only)
+    length: int = _f(check=">= 0")  # episode step cap; 0 = the env's own limit
+    reward_scale: float = _f(1.0, "> 0")
+
+
+@dataclass
+class ModelConfig:
+    name: str = _f()
+    deter: int = _f(check=">= 1")
+    hidden: int = _f(check=">= 1")
+    stoch: int = _f(32, ">= 1")  # number of categoricals
+    classes: int = _f(check=">= 2")
+    cnn_depth: int = _f(check=">= 1")
+    units: int = _f(check=">= 1")  # MLP width
+    layers: int = _f(2, ">= 1")  # MLP depth for heads/encoder
+    blocks: int = _f(8, ">= 1")  # block-GRU blocks; must divide deter and hidden
+    unimix: float = _f(0.01, "[0, 1)")
+    bins: int = _f(255, ">= 3")
+
+
+@dataclass
+class RunConfig:
+    steps: int = _f(1_000_000, ">= 1")  # env steps in total
+    envs: int = _f(4, ">= 1")  # env worker processes
+    train_ratio: float = _f(512.0, "> 0")  # replayed steps per env step
+    train_starts: int = _f(1024, ">= 0")  # env steps before the first update
+    seed: int = _f(0)
+    logdir: str | None = _f(None)  # default: runs/<env.name>/<YYYYmmdd-HHMMSS>
+    log_every: int = _f(1000, ">= 1")  # env steps between metrics lines
+    save_every: float = _f(900.0, "> 0")  # seconds between checkpoints
+    progress: bool = _f(True)  # tqdm bar
+
+
+@dataclass
+class ReplayConfig:
+    size: int = _f(1_000_000, ">= 1")  # transitions
+    batch: int = _f(16, ">= 1")
+    length: int = _f(64, ">= 2")
+
+
+@dataclass
+class CollectorConfig:
+    chunk: int = _f(64, ">= 1")  # transitions per message from each worker
+    sync_every: int = _f(10, ">= 1")  # learner updates between weight pushes
+    threads: int = _f(1, ">= 1")  # torch threads in the inference server
+
+
+@dataclass
+class LearnerConfig:
+    device: str = _f("auto", choices=("auto", "cpu", "cuda"))
+    lr: float = _f(4e-5, "> 0")
+    warmup: int = _f(1000, ">= 0")  # optimizer warm-up updates
+    horizon: int = _f(15, ">= 1")  # imagination horizon
+    imag_starts: int = _f(0, ">= 0")  # 0 = every replayed state, else random starts per batch
+    threads: int = _f(0, ">= 0")  # 0 = torch's default
+    grad_clip: float = _f(0.3, "> 0")  # adaptive gradient clipping
+    return_horizon: float = _f(333.0, "> 1")
+    lmbda: float = _f(0.95, "[0, 1]")
+    entropy: float = _f(3e-4, ">= 0")
+    repval: float = _f(0.3, ">= 0")
+    slow_critic: float = _f(0.02, "(0, 1]")
+
+
+@dataclass
+class Config:
+    env: EnvConfig = field(default_factory=EnvConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    collector: CollectorConfig = field(default_factory=CollectorConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class ConfigError(Exception):
+    """A user error in the configuration; ``str()`` is one line naming the dotted key."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(str(message).split()))
+
+
+_KINDS = {int: "an integer", float: "a number", bool: "a boolean", str: "a string"}
+
+
+def _schema_type(key: str) -> Any:
+    """The schema type at dotted ``key`` (a dataclass for a section); ConfigError if unknown."""
+    node: Any = Config
+    for i, part in enumerate(key.split(".")):
+        parent = ".".join(key.split(".")[:i])
+        if not dataclasses.is_dataclass(node):
+            raise ConfigError(f"{key}: unknown key; {parent} is a value, not a section")
+        hints = typing.get_type_hints(node)
+        if part not in hints:
+            where = f"under {parent}" if parent else "at the top level"
+            raise ConfigError(
+                f"{key}: unknown key; allowed keys {where}: {', '.join(sorted(hints))}"
+            )
+        node = hints[part]
+    return node
+
+
+def _options(group: str) -> list[str]:
+    """The option names of a config group, in natural order (size1m before size12m)."""
+    names = [p.stem for p in (CONF_DIR / group).glob("*.yaml")]
+    return sorted(
+        names, key=lambda n: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", n)]
+    )
+
+
+def _check_overrides(overrides: list[str]) -> list[str]:
+    """Reject what Hydra would accept silently (``+new.key=1``) or explain badly.
+
+    Returns the overrides to hand to Hydra (``experiment=null`` dropped: it is the default,
+    and Hydra's compose rejects a null group override with a bare ValueError).
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    parser, kept = OverridesParser.create(), []
+    for text in overrides:
+        key, _, raw = text.lstrip("+~").partition("=")
+        try:
+            (ov,) = parser.parse_overrides([text])
+        except OverrideParseException as e:
+            detail = (str(e).splitlines()[1:2] or ["syntax error"])[0]
+            raise ConfigError(
+                f"{key}: bad override {text!r} ({detail}); expected key=value"
+            ) from None
+        key = ov.key_or_group
+        if ov.package is not None:
+            raise ConfigError(f"{key}@{ov.package}: package overrides are not supported")
+        if ov.is_delete():
+            raise ConfigError(f"{key}: deleting keys is not supported")
+        if ov.is_sweep_override():
+            raise ConfigError(f"{key}: expected one value, got {raw!r}")
+        if key in GROUPS:
+            value = ov.value()
+            if key == "experiment" and value is None:
+                continue
+            if value not in _options(key):
+                allowed = ", ".join(_options(key))
+                raise ConfigError(f"{key}: unknown option {value!r}; allowed: {allowed}")
+        else:
+            _schema_type(key)
+        if ov.is_add():  # every schema key and group already exists; '+' only errors in Hydra
+            raise ConfigError(f"{key}: already defined; drop the '+' ({text.lstrip('+')})")
+        kept.append(text)
+    return kept
+
+
+def _composition_error(e: Exception) -> ConfigError:
+    """Turn a Hydra/OmegaConf exception into a one-line ConfigError."""
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
+
+    cause: BaseException | None = e  # the innermost OmegaConf error names the dotted key
+    while cause is not None and not getattr(cause, "full_key", None):
+        cause = cause.__cause__ or cause.__context__
+    key = getattr(cause, "full_key", None)
+    if not key:
+        return ConfigError(str(e).strip().splitlines()[0])
+    if isinstance(cause, ConfigAttributeError | ConfigKeyError):  # e.g. stray key in a preset
+        _schema_type(key)  # raises the usual "unknown key; allowed keys ..." error
+    if isinstance(cause, ValidationError):
+        kind = _schema_type(key)
+        kind = next((t for t in typing.get_args(kind) if t is not type(None)), kind)  # Optional
+        expected = _KINDS.get(kind, "another type")
+        return ConfigError(f"{key}: expected {expected}, got {cause.value!r}")
+    return ConfigError(f"{key}: {str(cause).splitlines()[0]}")
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _in_range(value: float, check: str) -> bool:
+    """``check`` is '>= b', '> b' or an interval such as '[0, 1)' or '(0, 1]'."""
+    if check[0] == ">":
+        op, bound = check.split()
+        return value >= float(bound) if op == ">=" else value > float(bound)
+    lo, hi = (float(x) for x in check[1:-1].split(","))
+    above = value >= lo if check[0] == "[" else value > lo
+    return above and (value <= hi if check[-1] == "]" else value < hi)
+
+
+def _validate(cfg: DictConfig) -> None:
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if missing == ["env.id"]:
+        raise ConfigError(f"env.id: required for env={cfg.env.name}; e.g. env.id=CartPole-v1")
+    if missing:
+        raise ConfigError(f"{missing[0]}: missing value; set it with {missing[0]}=...")
+    for section, cls in typing.get_type_hints(Config).items():
+        for f in dataclasses.fields(cls):
+            key, value = f"{section}.{f.name}", cfg[section][f.name]
+            choices, check = f.metadata["choices"], f.metadata["check"]
+            if choices and value not in choices:
+                raise ConfigError(f"{key}: unknown option {value!r}; allowed: {', '.join(choices)}")
+            if check and not _in_range(value, check):
+                bound = check if check[0] == ">" else f"in {check}"
+                raise ConfigError(f"{key}: must be {bound}, got {value}")
+    m, r, envs = cfg.model, cfg.replay, cfg.run.envs
+    if m.deter % m.blocks or m.hidden % m.blocks:
+        raise ConfigError(
+            f"model.blocks: must divide model.deter ({m.deter}) and model.hidden ({m.hidden}),"
+            f" got {m.blocks}"
+        )
+    if r.size < r.length * envs:
+        raise ConfigError(
+            f"replay.size: must be >= replay.length * run.envs ({r.length} * {envs}"
+            f" = {r.length * envs}), got {r.size}"
+        )
+    if cfg.env.name in ("cartpole", "gym"):
+        import gymnasium
+
+        if cfg.env.id not in gymnasium.envs.registry:
+            raise ConfigError(f"env.id: unknown gymnasium id {cfg.env.id!r}")
+    if cfg.learner.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                "learner.device: cuda requested but no CUDA device is available; allowed: auto, cpu"
+            )
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def register_schema() -> None:
+    """Register the schema with Hydra's ConfigStore as ``dreamer_schema`` (idempotent)."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="dreamer_schema", node=Config)
+
+
+def resolved_logdir(cfg: DictConfig) -> Path:
+    """``run.logdir`` if set, else ``runs/<env.name>/<YYYYmmdd-HHMMSS>``."""
+    if cfg.run.logdir:
+        return Path(cfg.run.logdir)
+    return Path("runs") / cfg.env.name / time.strftime("%Y%m%d-%H%M%S")
+
+
+def load(overrides: list[str]) -> DictConfig:
+    """Compose conf/config.yaml with Hydra-style ``overrides``, validate, derive, freeze."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    overrides = _check_overrides(list(overrides))
+    register_schema()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(version_base=None, config_dir=str(CONF_DIR)):
+            composed = compose(config_name="config", overrides=overrides)
+        # Copy onto a fresh schema instance: exactly the six sections, nothing else can leak.
+        sections = list(typing.get_type_hints(Config))
+        cfg = OmegaConf.merge(
+            OmegaConf.structured(Config), OmegaConf.masked_copy(composed, sections)
+        )
+    except (HydraException, OmegaConfBaseException) as e:
+        raise _composition_error(e) from None
+    finally:
+        GlobalHydra.instance().clear()
+    _validate(cfg)
+    cfg.run.logdir = str(resolved_logdir(cfg))
+    OmegaConf.set_struct(cfg, True)
+    OmegaConf.set_readonly(cfg, True)
+    return cfg
+
+
+def usage() -> str:
+    """Short help: groups with their options, then every key with its schema default."""
+    lines = [USAGE, "", "groups (group=option):"]
+    lines += [f"  {g:<11} {' | '.join(_options(g))}" for g in GROUPS]
+    lines += ["", "keys (section.key=value; schema defaults shown, the rest come from the group):"]
+    for section, cls in typing.get_type_hints(Config).items():
+        fields = dataclasses.fields(cls)
+        shown = [f.name if f.default is MISSING else f"{f.name}={f.default}" for f in fields]
+        lines.append(f"  {section + ':':<11} " + " ".join(shown))
+    lines += ["", "--cfg job   print the resolved config as YAML and exit"]
+    return "\n".join(lines)
+
+
+def from_argv(argv: list[str]) -> DictConfig:
+    """CLI front: overrides plus ``--cfg job`` / ``-h``; user errors exit 2 with one line."""
+    overrides, show = [], None
+    args = iter(argv)
+    try:
+        for arg in args:
+            if arg in ("-h", "--help"):
+                print(usage())
+                sys.exit(0)
+            if arg in ("--cfg", "-c"):
+                show = next(args, "")
+            elif arg.startswith("--cfg="):
+                show = arg.split("=", 1)[1]
+            elif arg.startswith("-"):
+                raise ConfigError(f"{arg}: unknown flag; allowed: --cfg job, -h/--help")
+            else:
+                overrides.append(arg)
+        if show not in (None, "job"):
+            raise ConfigError(f"--cfg: unknown option {show!r}; allowed: job")
+        cfg = load(overrides)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    if show:
+        print(OmegaConf.to_yaml(cfg), end="")
+        sys.exit(0)
+    return cfg

@@ -1,0 +1,198 @@
+"""Tests for the configuration layer (dreamer/config.py + conf/)."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from dreamer.config import ConfigError, load, resolved_logdir
+
+SECTIONS = {"env", "model", "run", "replay", "collector", "learner"}
+CLI = "import sys; from dreamer.config import from_argv; from_argv(sys.argv[1:])"
+
+# deter, hidden, classes, cnn_depth, units (DreamerV3 author's configs.yaml)
+MODEL_DIMS = {
+    "size1m": (512, 64, 4, 4, 64),
+    "size12m": (2048, 256, 16, 16, 256),
+    "size25m": (3072, 384, 24, 24, 384),
+    "size50m": (4096, 512, 32, 32, 512),
+    "size100m": (6144, 768, 48, 48, 768),
+    "size200m": (8192, 1024, 64, 64, 1024),
+    "size400m": (12288, 1536, 96, 96, 1536),
+    "tiny": (64, 32, 4, 4, 32),
+}
+
+
+def dims(cfg):
+    m = cfg.model
+    return (m.deter, m.hidden, m.classes, m.cnn_depth, m.units)
+
+
+def cli(*args, cwd=None):
+    return subprocess.run(
+        [sys.executable, "-c", CLI, *args], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
+
+
+def test_defaults():
+    cfg = load([])
+    assert set(cfg) == SECTIONS
+    assert OmegaConf.to_container(cfg.env) == {
+        "name": "crafter",
+        "id": "crafter",
+        "size": 64,
+        "length": 10000,
+        "reward_scale": 1.0,
+    }
+    assert cfg.model.name == "size12m" and dims(cfg) == MODEL_DIMS["size12m"]
+    assert (cfg.model.stoch, cfg.model.layers, cfg.model.blocks, cfg.model.bins) == (32, 2, 8, 255)
+    assert cfg.run.steps == 1_000_000 and cfg.run.envs == 4 and cfg.run.train_ratio == 512.0
+    assert cfg.run.progress is True and cfg.run.save_every == 900.0
+    assert (cfg.replay.size, cfg.replay.batch, cfg.replay.length) == (1_000_000, 16, 64)
+    assert (cfg.collector.chunk, cfg.collector.sync_every, cfg.collector.threads) == (64, 10, 1)
+    assert cfg.learner.device == "auto" and cfg.learner.lr == 4e-5 and cfg.learner.horizon == 15
+    assert cfg.learner.slow_critic == 0.02 and cfg.learner.imag_starts == 0
+
+
+def test_result_is_read_only_and_struct():
+    cfg = load([])
+    with pytest.raises(Exception, match="read-only"):
+        cfg.run.steps = 5
+    with pytest.raises(Exception, match="bogus"):
+        _ = cfg.run.bogus
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_DIMS))
+def test_model_presets(name):
+    cfg = load([f"model={name}"])
+    assert cfg.model.name == name and dims(cfg) == MODEL_DIMS[name]
+    assert cfg.model.deter % cfg.model.blocks == 0 and cfg.model.hidden % cfg.model.blocks == 0
+
+
+def test_tiny_overrides_schema_defaults():
+    m = load(["model=tiny"]).model
+    assert (m.stoch, m.layers, m.blocks) == (4, 1, 4)
+
+
+def test_smoke_experiment():
+    cfg = load(["experiment=smoke"])
+    assert cfg.model.name == "tiny" and cfg.env.name == "crafter"
+    assert (cfg.run.steps, cfg.run.envs, cfg.run.train_ratio) == (3000, 2, 32.0)
+    assert (cfg.run.train_starts, cfg.run.log_every) == (500, 250)
+    assert (cfg.replay.size, cfg.replay.batch, cfg.replay.length) == (20000, 4, 16)
+    assert (cfg.learner.warmup, cfg.learner.horizon, cfg.learner.imag_starts) == (0, 8, 64)
+    assert (cfg.collector.chunk, cfg.collector.sync_every) == (16, 5)
+
+
+@pytest.mark.parametrize("order", [0, 1])
+def test_smoke_with_explicit_groups(order):
+    overrides = ["experiment=smoke", "env=cartpole", "model=size1m"]
+    cfg = load(overrides if order == 0 else overrides[::-1])
+    assert cfg.env.name == "cartpole" and cfg.env.id == "CartPole-v1" and cfg.env.length == 500
+    assert cfg.model.name == "size1m"  # the user's group choice beats the experiment's
+    assert cfg.run.steps == 3000
+
+
+def test_gym_env_with_registered_id():
+    cfg = load(["env=gym", "env.id=Acrobot-v1"])
+    assert (cfg.env.name, cfg.env.id, cfg.env.length) == ("gym", "Acrobot-v1", 0)
+
+
+def test_derived_logdir():
+    cfg = load(["env=cartpole"])
+    assert re.fullmatch(r"runs/cartpole/\d{8}-\d{6}", cfg.run.logdir)
+    assert resolved_logdir(cfg) == Path(cfg.run.logdir)
+    assert load(["run.logdir=/tmp/somewhere"]).run.logdir == "/tmp/somewhere"
+
+
+def test_load_raises_config_error():
+    with pytest.raises(ConfigError) as info:
+        load(["run.steps=-5"])
+    assert str(info.value) == "run.steps: must be >= 1, got -5"
+
+
+def test_cuda_requested_without_cuda(monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match=r"^learner\.device: cuda requested.*allowed: auto, cpu$"):
+        load(["learner.device=cuda"])
+
+
+BAD = [
+    (["run.steps=-5"], "run.steps"),
+    (["run.train_ratio=0"], "run.train_ratio"),
+    (["run.train_ratio=-1"], "run.train_ratio"),
+    (["replay.batch=0"], "replay.batch"),
+    (["collector.chunk=0"], "collector.chunk"),
+    (["run.steps=abc"], "run.steps"),
+    (["run.progress=maybe"], "run.progress"),
+    (["run.bogus=1"], "run.bogus"),
+    (["+run.bogus=1"], "run.bogus"),
+    (["bogus=1"], "bogus"),
+    (["env=nope"], "env"),
+    (["model=huge"], "model"),
+    (["experiment=nope"], "experiment"),
+    (["env=gym", "env.id=Nope-v0"], "env.id"),
+    (["env=gym"], "env.id"),
+    (["env.name=foo"], "env.name"),
+    (["learner.device=tpu"], "learner.device"),
+    (["learner.lmbda=1.5"], "learner.lmbda"),
+    (["model.unimix=1"], "model.unimix"),
+    (["replay.length=1"], "replay.length"),
+    (["replay.size=100"], "replay.size"),
+    (["model.blocks=3"], "model.blocks"),
+    (["run.steps"], "run.steps"),
+    (["run.steps=1,2"], "run.steps"),
+    (["--cfg", "hydra"], "--cfg"),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_runs(tmp_path_factory):
+    """Run every BAD command line as a real subprocess, all at once (they are import-bound)."""
+    cwd = tmp_path_factory.mktemp("cwd")
+    procs = {
+        tuple(o): subprocess.Popen(
+            [sys.executable, "-c", CLI, *o],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=cwd,
+        )
+        for o, _ in BAD
+    }
+    results = {o: (*p.communicate(timeout=120), p.returncode) for o, p in procs.items()}
+    return cwd, results
+
+
+@pytest.mark.parametrize(("overrides", "key"), BAD, ids=[" ".join(o) for o, _ in BAD])
+def test_bad_override_exits_2_with_one_line(overrides, key, bad_runs):
+    cwd, results = bad_runs
+    _, stderr, returncode = results[tuple(overrides)]
+    assert returncode == 2, stderr
+    assert "Traceback" not in stderr
+    lines = stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr
+    assert key in lines[0]
+    assert not (cwd / "runs").exists()  # validation creates nothing
+
+
+@pytest.mark.parametrize("flag", [["--cfg", "job"], ["--cfg=job"], ["-c", "job"]])
+def test_cfg_job_prints_yaml(flag, tmp_path):
+    proc = cli(*flag, "experiment=smoke", "env=cartpole", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    cfg = yaml.safe_load(proc.stdout)
+    assert isinstance(cfg, dict) and set(cfg) == SECTIONS
+    assert cfg["env"]["name"] == "cartpole" and cfg["run"]["steps"] == 3000
+    assert cfg["run"]["logdir"].startswith("runs/cartpole/")
+
+
+def test_help():
+    proc = cli("--help")
+    assert proc.returncode == 0
+    assert "cartpole | crafter | gym" in proc.stdout and "size12m" in proc.stdout
+    assert "smoke" in proc.stdout and "train_ratio" in proc.stdout

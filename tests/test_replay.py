@@ -1,0 +1,75 @@
+import pytest
+import torch
+from tensordict import TensorDict
+
+from dreamer.replay import SequenceReplay
+
+KEYS = ["step", "is_init"]
+
+
+def chunk(stream: int, first: int, count: int) -> TensorDict:
+    """``count`` consecutive transitions of one worker, numbered from ``first``."""
+    steps = torch.arange(first, first + count)
+    return TensorDict(
+        {
+            "env_index": torch.full((count,), stream),
+            "step": steps * 10 + stream,  # encodes (time, stream) to check windows
+            "is_init": (steps % 7 == 0).unsqueeze(-1),
+            "extra": torch.zeros(count),
+        },
+        [count],
+    )
+
+
+def interleaved(streams: int, chunks: int, size: int) -> list[TensorDict]:
+    return [chunk(s, c * size, size) for c in range(chunks) for s in range(streams)]
+
+
+def test_windows_are_consecutive_steps_of_one_stream():
+    replay = SequenceReplay(capacity=300, streams=3, batch=64, length=8, keys=KEYS)
+    for data in interleaved(streams=3, chunks=5, size=16):
+        replay.extend(data)
+    batch = replay.sample()
+    assert batch.shape == (64, 8)
+    steps = batch["step"]
+    stream = steps % 10
+    time = steps // 10
+    assert (stream == stream[:, :1]).all(), "a window mixes streams"
+    assert (time.diff(dim=1) == 1).all(), "a window is not consecutive in time"
+    assert "extra" not in batch.keys(), "only the configured keys are stored"
+
+
+def test_windows_never_cross_the_write_cursor_after_wraparound():
+    # 40 slots per stream, 100 steps written: slots hold steps 60..99 out of order
+    replay = SequenceReplay(capacity=40, streams=1, batch=256, length=10, keys=KEYS)
+    for first in range(0, 100, 20):
+        replay.extend(chunk(0, first, 20))
+    time = replay.sample()["step"] // 10
+    assert (time.diff(dim=1) == 1).all()
+    assert time.min() >= 60 and time.max() <= 99
+    assert len(replay) == 40
+
+
+def test_sampling_waits_for_a_full_window_and_is_seeded():
+    replay = SequenceReplay(capacity=100, streams=2, batch=4, length=10, keys=KEYS, seed=3)
+    replay.extend(chunk(0, 0, 9))
+    assert not replay.can_sample()
+    with pytest.raises(RuntimeError):
+        replay.sample()
+    replay.extend(chunk(0, 9, 5))
+    assert replay.can_sample()
+    other = SequenceReplay(capacity=100, streams=2, batch=4, length=10, keys=KEYS, seed=3)
+    other.extend(chunk(0, 0, 9))
+    other.extend(chunk(0, 9, 5))
+    assert torch.equal(replay.sample()["step"], other.sample()["step"])
+
+
+def test_state_dict_round_trip_restores_contents_and_sampling():
+    replay = SequenceReplay(capacity=64, streams=2, batch=8, length=4, keys=KEYS, seed=1)
+    for data in interleaved(streams=2, chunks=3, size=8):
+        replay.extend(data)
+    saved = replay.state_dict()
+    restored = SequenceReplay(capacity=64, streams=2, batch=8, length=4, keys=KEYS, seed=99)
+    restored.load_state_dict(saved)
+    assert len(restored) == len(replay)
+    assert torch.equal(restored.sample()["step"], replay.sample()["step"])
