@@ -58,6 +58,7 @@ def make_collector(
         functools.partial(make_env, env, env_seed, latent)
         for env_seed in env_seeds(seed, rank, envs)
     ]
+    driver_threads = torch.get_num_threads()  # the probe policy pass changes it
     collector = AsyncBatchedCollector(
         env_fns,
         policy_factory=functools.partial(build_policy, model, learner, spaces, seed, threads),
@@ -66,11 +67,10 @@ def make_collector(
         env_backend="multiprocessing",
         transport="auto",
         transition_chunk_size=chunk,
-        server_config=InferenceServerConfig(
-            max_batch_size=envs, min_batch_size=1, timeout=0.001
-        ),
+        server_config=InferenceServerConfig(max_batch_size=envs, min_batch_size=1, timeout=0.001),
         replay_buffer=replay,
     )
+    torch.set_num_threads(driver_threads)
     transport = collector._transport  # torchrl exposes no public accessor
     if not isinstance(transport, ProcessSlotTransport):
         collector.shutdown()

@@ -31,9 +31,10 @@ def _f(default: Any = MISSING, check: str | None = None, choices: tuple[str, ...
 
 @dataclass
 class EnvConfig:
-    name: str = _f(choices=("cartpole", "crafter", "gym"))  # selects the env adapter
+    name: str = _f(choices=("cartpole", "crafter", "cue", "gym"))  # selects the env adapter
     id: str = _f()  # gymnasium id (cartpole, gym); "crafter" for crafter
     size: int = _f(64, ">= 16")  # image size (crafter only)
+    cues: int = _f(4, ">= 2")  # number of cues (cue only)
     length: int = _f(check=">= 0")  # episode step cap; 0 = the env's own limit
     reward_scale: float = _f(1.0, "> 0")
 

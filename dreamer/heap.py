@@ -31,7 +31,7 @@ class GcStats:
             self._started = None
 
     def metrics(self) -> dict[str, float]:
-        result = {"gc/seconds": sum(self.seconds)}
+        result = {"gc/seconds": sum(self.seconds), "gc/frozen_objects": gc.get_freeze_count()}
         for generation in range(3):
             result[f"gc/gen{generation}_seconds"] = self.seconds[generation]
             result[f"gc/gen{generation}_collections"] = self.collections[generation]

@@ -83,9 +83,7 @@ class SequenceReplay:
         streams = torch.multinomial(
             counts.float(), self.batch, replacement=True, generator=self.generator
         )
-        offsets = (
-            torch.rand(self.batch, generator=self.generator) * counts[streams]
-        ).long()
+        offsets = (torch.rand(self.batch, generator=self.generator) * counts[streams]).long()
         oldest = self.written[streams] - self.written[streams].clamp(max=self.per_stream)
         steps = torch.arange(self.length)
         windows = []

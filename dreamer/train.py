@@ -104,9 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         total=cfg.run.steps,
     )
     collector.post_collect_hook = stats
-    ratio = DreamerV3UpdateRatio(
-        cfg.run.train_ratio / (cfg.replay.batch * cfg.replay.length)
-    )
+    ratio = DreamerV3UpdateRatio(cfg.run.train_ratio / (cfg.replay.batch * cfg.replay.length))
     metrics_writer = MetricsWriter(logdir)
     progress = Progress(cfg.run.steps, enabled=cfg.run.progress)
     log_due = Every(cfg.run.log_every)

@@ -81,7 +81,7 @@ def test_tiny_overrides_schema_defaults():
 def test_smoke_experiment():
     cfg = load(["experiment=smoke"])
     assert cfg.model.name == "tiny" and cfg.env.name == "crafter"
-    assert (cfg.run.steps, cfg.run.envs, cfg.run.train_ratio) == (3000, 2, 32.0)
+    assert (cfg.run.steps, cfg.run.envs, cfg.run.train_ratio) == (2000, 2, 16.0)
     assert (cfg.run.train_starts, cfg.run.log_every) == (500, 250)
     assert (cfg.replay.size, cfg.replay.batch, cfg.replay.length) == (20000, 4, 16)
     assert (cfg.learner.warmup, cfg.learner.horizon, cfg.learner.imag_starts) == (0, 8, 64)
@@ -94,7 +94,7 @@ def test_smoke_with_explicit_groups(order):
     cfg = load(overrides if order == 0 else overrides[::-1])
     assert cfg.env.name == "cartpole" and cfg.env.id == "CartPole-v1" and cfg.env.length == 500
     assert cfg.model.name == "size1m"  # the user's group choice beats the experiment's
-    assert cfg.run.steps == 3000
+    assert cfg.run.steps == 2000
 
 
 def test_gym_env_with_registered_id():
@@ -187,7 +187,7 @@ def test_cfg_job_prints_yaml(flag, tmp_path):
     assert proc.returncode == 0, proc.stderr
     cfg = yaml.safe_load(proc.stdout)
     assert isinstance(cfg, dict) and set(cfg) == SECTIONS
-    assert cfg["env"]["name"] == "cartpole" and cfg["run"]["steps"] == 3000
+    assert cfg["env"]["name"] == "cartpole" and cfg["run"]["steps"] == 2000
     assert cfg["run"]["logdir"].startswith("runs/cartpole/")
 
 

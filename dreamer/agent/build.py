@@ -171,7 +171,9 @@ def build_agent(model, learner, spaces: EnvSpaces) -> Agent:
     )
 
     imagination = WorldModelWrapper(
-        TensorDictModule(prior, in_keys=["state", "belief", "action"], out_keys=["_", "state", "belief"]),
+        TensorDictModule(
+            prior, in_keys=["state", "belief", "action"], out_keys=["_", "state", "belief"]
+        ),
         _two_hot_head(reward_net, (), "reward", ["state", "belief"], model.bins),
     )
     imagination_env = DreamerEnv(
@@ -190,7 +192,11 @@ def build_agent(model, learner, spaces: EnvSpaces) -> Agent:
 
     actor = _make_actor(spaces, features, model)
     value = _two_hot_head(
-        _head(features, model.bins, model, outscale=0.0), (), "state_value", ["state", "belief"], model.bins
+        _head(features, model.bins, model, outscale=0.0),
+        (),
+        "state_value",
+        ["state", "belief"],
+        model.bins,
     )
 
     model_loss = DreamerV3ModelLoss(

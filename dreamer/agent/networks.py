@@ -42,9 +42,7 @@ class MultiEncoder(nn.Module):
         )
         vector_size = sum(key.size for key in spaces.vector_keys)
         self.mlp = (
-            DreamerV3MLP(vector_size, None, depth=layers, num_cells=units)
-            if vector_size
-            else None
+            DreamerV3MLP(vector_size, None, depth=layers, num_cells=units) if vector_size else None
         )
         self.out_features = image_features + (units if vector_size else 0)
 

@@ -1,6 +1,7 @@
 """``make_env``: one environment for the agent, as a torchrl ``EnvBase``.
 
-Adapters: ``crafter`` (embedded default), ``cartpole`` and ``gym`` (any gymnasium id).
+Adapters: ``crafter`` (embedded default), ``cartpole`` and ``gym`` (any gymnasium id),
+``cue`` (a probe task for learning checks).
 Every env carries the transforms the DreamerV3 acting policy needs: ``is_init``, an
 episode step counter and return, and zero-initialised ``state``/``belief``/
 ``previous_action`` entries that the policy fills and ``step_mdp`` carries.
@@ -59,6 +60,10 @@ def _base_env(env: Mapping, seed: int) -> tuple[EnvBase, int]:
         base = GymWrapper(CrafterEnv(size=env["size"], length=env["length"], seed=seed))
         base.set_info_dict_reader(_CrafterAchievements(ACHIEVEMENTS))
         return base, 0
+    if env["name"] == "cue":
+        from dreamer.envs.cue import CueEnv
+
+        return GymWrapper(CueEnv(cues=env["cues"], length=env["length"], seed=seed)), 0
     return GymEnv(env["id"]), env["length"]
 
 

@@ -1,0 +1,44 @@
+"""``env=cue``: a probe task that only an agent with a working world model solves.
+
+Each step shows one of ``cues`` one-hot cues; the reward is 1 when the action names
+the cue shown, else 0; a new cue is drawn every step. A random policy earns
+``length / cues`` per episode, a learned one up to ``length``. The reward depends on
+the action given the observation, so the world model must learn reward from
+(observation, action) and the actor must learn from imagined returns: it fails
+loudly when keys, ``is_init`` handling or the action wiring are broken.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+
+class CueEnv(gym.Env):
+    metadata = {"render_modes": []}
+
+    def __init__(self, cues: int = 4, length: int = 16, seed: int | None = None):
+        self.cues = cues
+        self.length = length
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (cues,), np.float32)
+        self.action_space = gym.spaces.Discrete(cues)
+        self._rng = np.random.default_rng(seed)
+        self._cue = 0
+        self._steps = 0
+
+    def _observe(self) -> np.ndarray:
+        self._cue = int(self._rng.integers(self.cues))
+        return np.eye(self.cues, dtype=np.float32)[self._cue]
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        self._steps = 0
+        return self._observe(), {}
+
+    def step(self, action):
+        reward = float(int(action) == self._cue)
+        self._steps += 1
+        truncated = self._steps >= self.length
+        return self._observe(), reward, False, truncated, {}

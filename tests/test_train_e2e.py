@@ -1,0 +1,125 @@
+"""End to end: the real trainer, real env worker processes, real files."""
+
+import gc
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dreamer import checkpoint
+from dreamer.envs.crafter import ACHIEVEMENTS
+from dreamer.train import main
+
+LOSS_TERMS = ("loss_model_reco", "loss_model_reward", "loss_actor", "loss_value")
+
+
+def read_metrics(logdir: Path) -> list[dict]:
+    return [json.loads(line) for line in (logdir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    """``python -m dreamer.train experiment=smoke`` on Crafter, shortened for CI."""
+    logdir = tmp_path_factory.mktemp("smoke") / "run"
+    command = [
+        sys.executable,
+        "-m",
+        "dreamer.train",
+        "experiment=smoke",
+        "run.steps=1000",
+        "run.train_starts=400",
+        f"run.logdir={logdir}",
+        "run.progress=false",
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return logdir, result
+
+
+def test_smoke_reaches_steps_and_writes_every_output(smoke_run):
+    logdir, result = smoke_run
+    saved = yaml.safe_load((logdir / "config.yaml").read_text())
+    assert saved["env"]["name"] == "crafter" and saved["model"]["name"] == "tiny"
+    rows = read_metrics(logdir)
+    assert rows[-1]["env_steps"] == 1000
+    steps = [row["env_steps"] for row in rows]
+    assert steps == sorted(set(steps)), "env_steps must be strictly increasing"
+    for key in ("updates", "env_steps_per_s", "updates_per_s", "policy_version", *LOSS_TERMS):
+        assert key in rows[-1], key
+    finished = [row for row in rows if "episode/return" in row]
+    assert finished, "no episode finished in 1000 Crafter steps"
+    assert all(f"achievements/{name}" in finished[0] for name in ACHIEVEMENTS)
+    assert finished[0]["episode/length"] > 0
+    assert list((logdir / "tensorboard").glob("events.out.tfevents.*"))
+    assert "ProcessSlotTransport" in result.stderr, "the process-slot transport was not used"
+
+
+def test_smoke_runs_updates_at_the_configured_ratio(smoke_run):
+    logdir, _ = smoke_run
+    saved = yaml.safe_load((logdir / "config.yaml").read_text())
+    run, replay = saved["run"], saved["replay"]
+    per_step = run["train_ratio"] / (replay["batch"] * replay["length"])
+    batch_frames = saved["collector"]["chunk"] * run["envs"]
+    # the schedule starts at the first batch at or past train_starts (one update),
+    # then owes per_step updates for every env step after it
+    latest_start = run["train_starts"] + batch_frames
+    low = 1 + int((run["steps"] - latest_start) * per_step) - 1
+    high = 1 + int((run["steps"] - run["train_starts"]) * per_step)
+    updates = read_metrics(logdir)[-1]["updates"]
+    assert low <= updates <= high, (low, updates, high)
+    state = checkpoint.load(checkpoint.latest(logdir))
+    assert state["learner"]["updates"] == updates
+    assert state["episodes"]["env_steps"] == run["steps"]
+
+
+def test_heap_is_frozen_inside_the_loop_and_unfrozen_after_a_normal_exit(tmp_path):
+    logdir = tmp_path / "run"
+    main(
+        [
+            "experiment=smoke",
+            "env=cue",
+            "run.steps=600",
+            "run.train_starts=300",
+            "run.log_every=100",
+            f"run.logdir={logdir}",
+            "run.progress=false",
+        ]
+    )
+    assert gc.get_freeze_count() == 0
+    assert all(row["gc/frozen_objects"] > 0 for row in read_metrics(logdir))
+
+
+def test_heap_is_unfrozen_after_an_interrupt(tmp_path):
+    logdir = tmp_path / "run"
+    metrics = logdir / "metrics.jsonl"
+
+    def interrupt_once_logging():
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if metrics.exists() and metrics.read_text().strip():
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.2)
+
+    threading.Thread(target=interrupt_once_logging, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        main(
+            [
+                "experiment=smoke",
+                "env=cue",
+                "run.steps=100000",
+                "run.log_every=64",
+                f"run.logdir={logdir}",
+                "run.progress=false",
+            ]
+        )
+    assert gc.get_freeze_count() == 0
+    assert read_metrics(logdir)[0]["gc/frozen_objects"] > 0
+    assert checkpoint.latest(logdir) is not None, "no checkpoint after Ctrl-C"
