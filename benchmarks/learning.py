@@ -76,7 +76,12 @@ def run_seed(name: str, check: Check, seed: int, steps: int, extra: list[str]) -
     subprocess.run(command, check=True, cwd=ROOT)
     seconds = time.perf_counter() - started
     curve = read_curve(logdir)
-    return {"seed": seed, "seconds": seconds, "score": score(curve, steps, check.window), "curve": curve}
+    return {
+        "seed": seed,
+        "seconds": seconds,
+        "score": score(curve, steps, check.window),
+        "curve": curve,
+    }
 
 
 def plot(name: str, check: Check, runs: list[dict], path: Path) -> None:

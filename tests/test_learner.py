@@ -85,3 +85,22 @@ def test_state_dict_round_trip_gives_identical_next_update(setup):
     assert ours["loss_model_reco"] == pytest.approx(theirs["loss_model_reco"], rel=1e-5)
     for p, q in zip(learner.loss.parameters(), twin.loss.parameters()):
         assert torch.allclose(p, q, atol=1e-6)
+
+
+def test_continuous_actions_update_and_act_within_bounds():
+    cfg = load(["experiment=smoke", "env=gym", "env.id=Pendulum-v1"])
+    spaces, batch = real_batch(cfg, cfg.replay.batch, cfg.replay.length)
+    assert not spaces.discrete and spaces.action_dim == 1
+    torch.manual_seed(0)
+    agent = build_agent(cfg.model, cfg.learner, spaces)
+    learner = Learner(agent, cfg.learner, torch.device("cpu"))
+    before = [p.detach().clone() for p in agent.actor.parameters()]
+    metrics = learner.update(batch.clone())
+    assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
+    assert any(not torch.equal(p, q) for p, q in zip(agent.actor.parameters(), before))
+    env = make_env(OmegaConf.to_container(cfg.env), seed=1, latent=(16, 64))
+    with torch.no_grad():
+        rollout = env.rollout(20, agent.policy)
+    env.close()
+    assert rollout["action"].shape == (20, 1)
+    assert torch.isfinite(rollout[("next", "observation")]).all()
