@@ -59,6 +59,7 @@ def test_smoke_reaches_steps_and_writes_every_output(smoke_run):
     assert finished[0]["episode/length"] > 0
     assert list((logdir / "tensorboard").glob("events.out.tfevents.*"))
     assert "ProcessSlotTransport" in result.stderr, "the process-slot transport was not used"
+    assert "no GPU: a learner update takes" in result.stderr, "no measured CPU speed note"
 
 
 def test_smoke_runs_updates_at_the_configured_ratio(smoke_run):
