@@ -4,7 +4,7 @@ from tensordict import TensorDict
 
 from dreamer.replay import SequenceReplay
 
-KEYS = ["step", "is_init"]
+KEYS = ["step", "is_init", ("next", "obs")]
 
 
 def chunk(stream: int, first: int, count: int) -> TensorDict:
@@ -16,6 +16,7 @@ def chunk(stream: int, first: int, count: int) -> TensorDict:
             "step": steps * 10 + stream,  # encodes (time, stream) to check windows
             "is_init": (steps % 7 == 0).unsqueeze(-1),
             "extra": torch.zeros(count),
+            "next": {"obs": (steps * 10 + stream).float()},
         },
         [count],
     )
@@ -72,4 +73,6 @@ def test_state_dict_round_trip_restores_contents_and_sampling():
     restored = SequenceReplay(capacity=64, streams=2, batch=8, length=4, keys=KEYS, seed=99)
     restored.load_state_dict(saved)
     assert len(restored) == len(replay)
-    assert torch.equal(restored.sample()["step"], replay.sample()["step"])
+    batch = restored.sample()
+    assert torch.equal(batch["step"], replay.sample()["step"])
+    assert torch.equal(batch["next", "obs"], batch["step"].float()), "nested keys restored"
