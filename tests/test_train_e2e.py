@@ -26,15 +26,13 @@ def read_metrics(logdir: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
-    """``python -m dreamer.train experiment=smoke`` on Crafter, shortened for CI."""
+    """``python -m dreamer.train experiment=smoke`` on Crafter, as ``make smoke`` runs it."""
     logdir = tmp_path_factory.mktemp("smoke") / "run"
     command = [
         sys.executable,
         "-m",
         "dreamer.train",
         "experiment=smoke",
-        "run.steps=1000",
-        "run.train_starts=400",
         f"run.logdir={logdir}",
         "run.progress=false",
     ]
@@ -48,13 +46,13 @@ def test_smoke_reaches_steps_and_writes_every_output(smoke_run):
     saved = yaml.safe_load((logdir / "config.yaml").read_text())
     assert saved["env"]["name"] == "crafter" and saved["model"]["name"] == "tiny"
     rows = read_metrics(logdir)
-    assert rows[-1]["env_steps"] == 1000
+    assert rows[-1]["env_steps"] == saved["run"]["steps"]
     steps = [row["env_steps"] for row in rows]
     assert steps == sorted(set(steps)), "env_steps must be strictly increasing"
     for key in ("updates", "env_steps_per_s", "updates_per_s", "policy_version", *LOSS_TERMS):
         assert key in rows[-1], key
     finished = [row for row in rows if "episode/return" in row]
-    assert finished, "no episode finished in 1000 Crafter steps"
+    assert finished, "no Crafter episode finished"
     assert all(f"achievements/{name}" in finished[0] for name in ACHIEVEMENTS)
     assert finished[0]["episode/length"] > 0
     assert list((logdir / "tensorboard").glob("events.out.tfevents.*"))
