@@ -1,14 +1,27 @@
-"""Atomic checkpoints: written to a temporary file, fsynced, then renamed into place,
-so a crash mid-write leaves the previous checkpoint intact."""
+"""Everything a resume needs, on disk safely.
+
+- ``save``/``latest``/``load``: atomic checkpoints (temporary file, fsync, rename), so
+  a crash mid-write leaves the previous checkpoint intact; the last ``keep`` are kept.
+- ``Registry``: each stateful part registers by name; one call saves or restores all.
+- ``RunLock``: one process per run directory (an OS file lock: a killed holder frees it).
+- ``StopSignals``: SIGTERM/SIGUSR1 (SLURM's preemption and time-limit warnings) ask the
+  loop to checkpoint and exit with ``REQUEUE_EXIT``.
+"""
 
 from __future__ import annotations
 
 import os
+import signal
+import socket
 from pathlib import Path
+from typing import Protocol
 
 import torch
+from filelock import FileLock, Timeout
 
 PREFIX = "checkpoint-"
+REQUEUE_EXIT = 75  # EX_TEMPFAIL: checkpointed after SIGTERM/SIGUSR1; rerun to resume
+INTERRUPT_EXIT = 130  # checkpointed after Ctrl-C
 
 
 def checkpoint_dir(logdir: Path) -> Path:
@@ -42,3 +55,91 @@ def latest(logdir: Path) -> Path | None:
 
 def load(path: Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=False)
+
+
+class Stateful(Protocol):
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+class Registry:
+    """Named stateful parts, saved and restored together."""
+
+    def __init__(self):
+        self.parts: dict[str, Stateful] = {}
+
+    def register(self, name: str, part: Stateful) -> None:
+        self.parts[name] = part
+
+    def state_dict(self) -> dict:
+        return {name: part.state_dict() for name, part in self.parts.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        for name, part in self.parts.items():
+            part.load_state_dict(state[name])
+
+
+class TorchRng:
+    """torch's global RNG as a registry part."""
+
+    def state_dict(self) -> dict:
+        return {"cpu": torch.get_rng_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        torch.set_rng_state(state["cpu"])
+
+
+class RunLockedError(RuntimeError):
+    pass
+
+
+class RunLock:
+    """Held for the whole run; a second process on the same directory is refused.
+
+    The lock is an OS-level file lock, so the kernel releases it when the holder dies,
+    even by SIGKILL: a stale lock file never blocks the next run.
+    """
+
+    def __init__(self, logdir: Path):
+        self.path = logdir / "run.lock"
+        self.owner = logdir / "run.lock.owner"
+        self.lock = FileLock(self.path)
+
+    def __enter__(self) -> RunLock:
+        try:
+            self.lock.acquire(timeout=0)
+        except Timeout:
+            holder = self.owner.read_text().strip() if self.owner.exists() else "unknown"
+            raise RunLockedError(
+                f"run.logdir: {self.path.parent} is in use by {holder}; "
+                "stop that run or choose another run.logdir"
+            ) from None
+        self.owner.write_text(f"pid {os.getpid()} on {socket.gethostname()}\n")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.owner.unlink(missing_ok=True)
+        self.lock.release()
+
+
+class StopSignals:
+    """Turns SIGTERM/SIGUSR1 into a flag the loop checks between updates."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+    def __init__(self):
+        self.received: int | None = None
+        self._previous: dict[int, object] = {}
+
+    def _handle(self, signum, frame) -> None:
+        self.received = signum
+
+    def __enter__(self) -> StopSignals:
+        for signum in self.SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)

@@ -64,6 +64,7 @@ class RunConfig:
     logdir: str | None = _f(None)  # default: runs/<env.name>/<YYYYmmdd-HHMMSS>
     log_every: int = _f(1000, ">= 1")  # env steps between metrics lines
     save_every: float = _f(900.0, "> 0")  # seconds between checkpoints
+    keep: int = _f(3, ">= 1")  # checkpoints kept
     progress: bool = _f(True)  # tqdm bar
 
 
@@ -94,6 +95,7 @@ class LearnerConfig:
     lmbda: float = _f(0.95, "[0, 1]")
     entropy: float = _f(3e-4, ">= 0")
     repval: float = _f(0.3, ">= 0")
+    max_skips: int = _f(10, ">= 0")  # NaN/Inf updates in a row before the run stops
     slow_critic: float = _f(0.02, "(0, 1]")
 
 
@@ -303,6 +305,44 @@ def load(overrides: list[str]) -> DictConfig:
     OmegaConf.set_struct(cfg, True)
     OmegaConf.set_readonly(cfg, True)
     return cfg
+
+
+# Keys a resumed run may change; everything else must match the run directory's config.
+RESUMABLE_KEYS = (
+    "run.steps",
+    "run.logdir",
+    "run.log_every",
+    "run.save_every",
+    "run.keep",
+    "run.progress",
+    "collector.sync_every",
+    "collector.threads",
+    "learner.threads",
+    "learner.device",
+)
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict):
+        items: dict[str, Any] = {}
+        for key, value in node.items():
+            items.update(_flatten(value, f"{prefix}{key}."))
+        return items
+    return {prefix[:-1]: node}
+
+
+def check_resume(saved: dict, cfg: DictConfig) -> None:
+    """Refuse to resume a run directory under a config that differs outside
+    ``RESUMABLE_KEYS``; the message names the first differing key."""
+    before = _flatten(saved)
+    after = _flatten(OmegaConf.to_container(cfg))
+    for key in sorted(set(before) | set(after)):
+        if key in RESUMABLE_KEYS or before.get(key) == after.get(key):
+            continue
+        raise ConfigError(
+            f"{key}: cannot change on resume ({before.get(key)!r} -> {after.get(key)!r}); "
+            f"allowed to change: {', '.join(RESUMABLE_KEYS)}"
+        )
 
 
 def usage() -> str:

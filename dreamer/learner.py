@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import torch
 from tensordict import TensorDictBase
 from torchrl.trainers.algorithms import DreamerV3OptimizationStepper, DreamerV3Optimizer
@@ -15,12 +17,54 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+_NON_FINITE = re.compile(r"\b(nan|inf)\b", re.IGNORECASE)
+
+
+class NonFiniteError(RuntimeError):
+    pass
+
+
+def _finite(batch: TensorDictBase) -> bool:
+    return all(
+        bool(torch.isfinite(value).all())
+        for value in batch.values(True, True)
+        if value.is_floating_point()
+    )
+
+
+class SkippingOptimizer(DreamerV3Optimizer):
+    """DreamerV3's optimizer that skips a step whose gradients hold NaN or Inf.
+
+    torchrl's stepper calls ``optimizer.step()`` right after backward, outside any
+    captured graph, so this is the one place to refuse a poisoned update.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.skipped = 0
+        self.consecutive_skips = 0
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
+        if not torch.isfinite(torch.stack(torch._foreach_norm(grads)).sum()):
+            self.skip()
+            return None
+        self.consecutive_skips = 0
+        return super().step(closure)
+
+    def skip(self) -> None:
+        self.skipped += 1
+        self.consecutive_skips += 1
+
+
 class Learner:
     def __init__(self, agent: Agent, learner_cfg, device: torch.device):
         self.agent = agent
         self.device = device
         self.loss = agent.loss.to(device)
-        self.optimizer = DreamerV3Optimizer(
+        self.max_skips = learner_cfg.max_skips
+        self.optimizer = SkippingOptimizer(
             self.loss.parameters(),
             lr=learner_cfg.lr,
             agc=learner_cfg.grad_clip,
@@ -37,6 +81,7 @@ class Learner:
         )
         self.updates = 0
         self._warm = not on_cuda
+        self._statistics = [b for name, b in self.loss.named_buffers() if "retnorm" in name]
 
     def update(self, batch: TensorDictBase) -> dict[str, float]:
         """One optimizer step on a [batch, length] replay sample; returns the losses."""
@@ -44,13 +89,36 @@ class Learner:
         if not self._warm:
             self.stepper.warmup(batch)
             self._warm = True
-        metrics = self.stepper.step(None, batch)
+        saved = [buffer.clone() for buffer in self._statistics]
+        skipped_before = self.optimizer.skipped
+        metrics = None
+        if _finite(batch):
+            try:
+                metrics = self.stepper.step(None, batch)
+            except (RuntimeError, ValueError) as error:
+                # NaN logits make torch's samplers raise before any gradient exists
+                if not _NON_FINITE.search(str(error)):
+                    raise
+        if metrics is None:
+            self.optimizer.zero_grad(set_to_none=False)
+            self.optimizer.skip()
+        if self.optimizer.skipped > skipped_before:
+            # a NaN return would poison the return-normalisation statistics forever
+            for buffer, value in zip(self._statistics, saved):
+                buffer.copy_(value)
+        if self.optimizer.consecutive_skips > self.max_skips:
+            raise NonFiniteError(
+                f"{self.optimizer.consecutive_skips} updates in a row had NaN/Inf gradients "
+                f"(learner.max_skips={self.max_skips}); stopping with a checkpoint"
+            )
         self.updates += 1
-        return {
+        result = {
             key: float(value)
-            for key, value in metrics.items()
+            for key, value in (metrics.items() if metrics is not None else ())
             if isinstance(key, str) and value.numel() == 1
         }
+        result["learner/skipped"] = self.optimizer.skipped
+        return result
 
     def policy_weights(self) -> torch.nn.Module:
         return self.agent.policy
@@ -60,9 +128,11 @@ class Learner:
             "loss": self.loss.state_dict(),
             "stepper": self.stepper.state_dict(),
             "updates": self.updates,
+            "skipped": self.optimizer.skipped,
         }
 
     def load_state_dict(self, state: dict) -> None:
         self.loss.load_state_dict(state["loss"])
         self.stepper.load_state_dict(state["stepper"])
         self.updates = state["updates"]
+        self.optimizer.skipped = state["skipped"]

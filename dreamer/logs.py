@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -35,6 +36,23 @@ class MetricsWriter:
 
             self.tensorboard = SummaryWriter(str(logdir / "tensorboard"))
 
+    @staticmethod
+    def truncate(logdir: Path, last_step: int) -> None:
+        """Drop the lines written after the checkpoint at ``last_step`` (a resumed run
+        writes them again), atomically."""
+        path = logdir / "metrics.jsonl"
+        if not path.exists():
+            return
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        kept = [
+            line for line in lines if _complete(line) and json.loads(line)["env_steps"] <= last_step
+        ]
+        if len(kept) == len(lines):
+            return
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text("".join(kept), encoding="utf-8")
+        os.replace(temporary, path)
+
     def write(self, step: int, metrics: dict[str, float]) -> None:
         clean = {
             key: (value if math.isfinite(value) else None) if isinstance(value, float) else value
@@ -51,6 +69,15 @@ class MetricsWriter:
         self.file.close()
         if self.tensorboard is not None:
             self.tensorboard.close()
+
+
+def _complete(line: str) -> bool:
+    """A line cut short by a crash mid-write is not valid JSON."""
+    try:
+        json.loads(line)
+    except json.JSONDecodeError:
+        return False
+    return line.endswith("\n")
 
 
 class Progress:

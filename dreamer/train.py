@@ -15,12 +15,13 @@ from torchrl.trainers.algorithms import DreamerV3UpdateRatio
 from dreamer import checkpoint
 from dreamer.agent.build import build_agent
 from dreamer.agent.spaces import spaces_from_specs
+from dreamer.checkpoint import RunLock, RunLockedError, StopSignals
 from dreamer.collect import make_collector
-from dreamer.config import from_argv
+from dreamer.config import ConfigError, check_resume, from_argv
 from dreamer.envs import make_env
 from dreamer.episodes import EpisodeStats
 from dreamer.heap import frozen_heap
-from dreamer.learner import Learner, resolve_device
+from dreamer.learner import Learner, NonFiniteError, resolve_device
 from dreamer.logs import MetricsWriter, Progress, setup_logging
 from dreamer.replay import SequenceReplay, replay_keys
 
@@ -68,15 +69,45 @@ def cpu_speed_note(seconds_per_update: float, cfg) -> str:
     )
 
 
+def prepare_run_dir(cfg, logdir: Path) -> dict | None:
+    """Check a run directory for resuming; returns the checkpoint state, if any.
+
+    Metrics lines past the checkpoint are dropped so a resumed run has no duplicated
+    or missing steps; a changed config outside the resumable keys is refused."""
+    saved_config = logdir / "config.yaml"
+    if saved_config.exists():
+        check_resume(OmegaConf.to_container(OmegaConf.load(saved_config)), cfg)
+    found = checkpoint.latest(logdir)
+    state = checkpoint.load(found) if found else None
+    MetricsWriter.truncate(logdir, state["episodes"]["env_steps"] if state else 0)
+    OmegaConf.save(cfg, saved_config, resolve=True)
+    if state:
+        log.info("resuming from %s at env step %d", found.name, state["episodes"]["env_steps"])
+    return state
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Returns 0 when done, REQUEUE_EXIT after SIGTERM/SIGUSR1 (checkpointed);
+    Ctrl-C checkpoints and raises KeyboardInterrupt; user errors exit 2."""
     cfg = from_argv(sys.argv[1:] if argv is None else argv)
     setup_logging()
     logdir = Path(cfg.run.logdir)
     logdir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, logdir / "config.yaml", resolve=True)
+    try:
+        with RunLock(logdir):
+            state = prepare_run_dir(cfg, logdir)
+            return train(cfg, logdir, state)
+    except (ConfigError, RunLockedError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except NonFiniteError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
+def train(cfg, logdir: Path, resume: dict | None) -> int:
     if cfg.learner.threads:
         torch.set_num_threads(cfg.learner.threads)
-
     spaces, achievements = describe_env(cfg)
     model, learner_cfg = OmegaConf.to_container(cfg.model), OmegaConf.to_container(cfg.learner)
     torch.manual_seed(cfg.run.seed)  # the inference process builds the same weights
@@ -93,6 +124,22 @@ def main(argv: list[str] | None = None) -> int:
         seed=cfg.run.seed,
     )
     stats = EpisodeStats(achievements)
+    ratio = DreamerV3UpdateRatio(cfg.run.train_ratio / (cfg.replay.batch * cfg.replay.length))
+    registry = checkpoint.Registry()
+    for name, part in (
+        ("learner", learner),
+        ("ratio", ratio),
+        ("episodes", stats),
+        ("replay", replay),
+        ("rng", checkpoint.TorchRng()),
+    ):
+        registry.register(name, part)
+    if resume:
+        registry.load_state_dict(resume)
+    start = stats.env_steps
+    if start >= cfg.run.steps:
+        log.info("nothing to do: %d env steps already done (run.steps=%d)", start, cfg.run.steps)
+        return 0
     collector = make_collector(
         env=OmegaConf.to_container(cfg.env),
         model=model,
@@ -104,17 +151,16 @@ def main(argv: list[str] | None = None) -> int:
         seed=cfg.run.seed,
         threads=cfg.collector.threads,
         replay=replay,
-        total=cfg.run.steps,
+        total=cfg.run.steps - start,
     )
     collector.post_collect_hook = stats
-    ratio = DreamerV3UpdateRatio(cfg.run.train_ratio / (cfg.replay.batch * cfg.replay.length))
     metrics_writer = MetricsWriter(logdir)
-    progress = Progress(cfg.run.steps, enabled=cfg.run.progress)
-    log_due = Every(cfg.run.log_every)
+    progress = Progress(cfg.run.steps, initial=start, enabled=cfg.run.progress)
+    log_due = Every(cfg.run.log_every, start - start % cfg.run.log_every)
     save_due = Every(cfg.run.save_every, time.monotonic())
     losses: dict[str, float] = {}
     first_updates: list[float] = []
-    interval = {"time": time.perf_counter(), "steps": 0, "updates": 0}
+    interval = {"time": time.perf_counter(), "steps": start, "updates": learner.updates}
 
     def write_metrics() -> None:
         now = time.perf_counter()
@@ -134,20 +180,14 @@ def main(argv: list[str] | None = None) -> int:
         interval.update(time=now, steps=stats.env_steps, updates=learner.updates)
 
     def save() -> None:
-        state = {
-            "learner": learner.state_dict(),
-            "ratio": ratio.state_dict(),
-            "episodes": stats.state_dict(),
-            "replay": replay.state_dict(),
-            "config": OmegaConf.to_container(cfg),
-        }
-        path = checkpoint.save(logdir, stats.env_steps, state)
+        state = registry.state_dict() | {"config": OmegaConf.to_container(cfg)}
+        path = checkpoint.save(logdir, stats.env_steps, state, keep=cfg.run.keep)
         log.info("checkpoint written: %s", path)
 
     collector.update_policy_weights_(agent.policy)
     log.info("training %s on %s, logging to %s", cfg.model.name, cfg.env.name, logdir)
     try:
-        with frozen_heap() as gc_stats:
+        with StopSignals() as stop, frozen_heap() as gc_stats:
             for _ in collector:
                 steps = stats.env_steps
                 if steps >= cfg.run.train_starts and replay.can_sample():
@@ -160,21 +200,36 @@ def main(argv: list[str] | None = None) -> int:
                                 log.info(cpu_speed_note(statistics.median(first_updates), cfg))
                         if learner.updates % cfg.collector.sync_every == 0:
                             collector.update_policy_weights_(agent.policy)
+                        if stop.received:
+                            break
                 progress.update(steps, learner.updates)
                 if log_due(steps) or steps >= cfg.run.steps:
                     write_metrics()
                 if save_due(time.monotonic()):
                     save()
-                if steps >= cfg.run.steps:
+                if steps >= cfg.run.steps or stop.received:
                     break
     finally:
         collector.shutdown()
         progress.close()
         save()
         metrics_writer.close()
+    if stop.received:
+        log.info(
+            "stopped by signal %d at env step %d; rerun to resume", stop.received, stats.env_steps
+        )
+        return checkpoint.REQUEUE_EXIT
     log.info("done: %d env steps, %d updates", stats.env_steps, learner.updates)
     return 0
 
 
+def cli() -> int:
+    try:
+        return main()
+    except KeyboardInterrupt:
+        log.info("interrupted: checkpoint written; rerun with the same run.logdir to resume")
+        return checkpoint.INTERRUPT_EXIT
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

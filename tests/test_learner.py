@@ -6,7 +6,7 @@ from dreamer.agent.build import build_agent
 from dreamer.agent.spaces import spaces_from_specs
 from dreamer.config import load
 from dreamer.envs import make_env
-from dreamer.learner import Learner
+from dreamer.learner import Learner, NonFiniteError
 from dreamer.replay import SequenceReplay, replay_keys
 
 WORLD_MODEL_TERMS = ("loss_model_reco", "loss_model_reward", "loss_model_continue")
@@ -104,3 +104,36 @@ def test_continuous_actions_update_and_act_within_bounds():
     env.close()
     assert rollout["action"].shape == (20, 1)
     assert torch.isfinite(rollout[("next", "observation")]).all()
+
+
+def poisoned(batch):
+    batch = batch.clone()
+    batch.set(("next", "observation"), torch.full_like(batch["next", "observation"], float("nan")))
+    return batch
+
+
+def test_nan_update_is_skipped_counted_and_leaves_the_learner_untouched():
+    cfg = load(["experiment=smoke", "env=cartpole"])
+    spaces, batch = real_batch(cfg, cfg.replay.batch, cfg.replay.length)
+    learner = Learner(build_agent(cfg.model, cfg.learner, spaces), cfg.learner, torch.device("cpu"))
+    learner.update(batch.clone())
+    state = [t.detach().clone() for t in [*learner.loss.parameters(), *learner.loss.buffers()]]
+    metrics = learner.update(poisoned(batch))
+    assert metrics["learner/skipped"] == 1
+    after = [*learner.loss.parameters(), *learner.loss.buffers()]
+    changed = [i for i, (old, new) in enumerate(zip(state, after)) if not torch.equal(old, new)]
+    # only the slow critic's soft target update may move; no parameter and no statistic
+    assert all(torch.isfinite(t).all() for t in after)
+    assert not [i for i in changed if i < len(list(learner.loss.parameters()))]
+    metrics = learner.update(batch.clone())
+    assert metrics["learner/skipped"] == 1 and learner.optimizer.consecutive_skips == 0
+
+
+def test_persistent_nan_stops_after_max_skips():
+    cfg = load(["experiment=smoke", "env=cartpole", "learner.max_skips=2"])
+    spaces, batch = real_batch(cfg, cfg.replay.batch, cfg.replay.length)
+    learner = Learner(build_agent(cfg.model, cfg.learner, spaces), cfg.learner, torch.device("cpu"))
+    learner.update(poisoned(batch))
+    learner.update(poisoned(batch))
+    with pytest.raises(NonFiniteError, match="max_skips=2"):
+        learner.update(poisoned(batch))

@@ -1,0 +1,152 @@
+"""Runs survive: resume, config checks on resume, the run-directory lock, signals."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dreamer import checkpoint
+from dreamer.checkpoint import RunLock, RunLockedError
+from dreamer.logs import MetricsWriter
+
+FAST = ["experiment=smoke", "env=cue", "run.train_starts=200", "run.log_every=100"]
+
+
+def train(logdir: Path, *overrides: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    command = [
+        sys.executable,
+        "-m",
+        "dreamer.train",
+        *FAST,
+        f"run.logdir={logdir}",
+        "run.progress=false",
+        *overrides,
+    ]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+
+
+def metrics(logdir: Path) -> list[dict]:
+    return [json.loads(line) for line in (logdir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_rerun_resumes_counters_metrics_and_update_schedule(tmp_path):
+    logdir = tmp_path / "run"
+    first = train(logdir, "run.steps=600")
+    assert first.returncode == 0, first.stderr[-3000:]
+    updates_before = checkpoint.load(checkpoint.latest(logdir))["learner"]["updates"]
+    second = train(logdir, "run.steps=1000")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "resuming from checkpoint-000000000600.pt at env step 600" in second.stderr
+    steps = [row["env_steps"] for row in metrics(logdir)]
+    assert steps == sorted(set(steps)) and steps[-1] == 1000
+    state = checkpoint.load(checkpoint.latest(logdir))
+    assert state["episodes"]["env_steps"] == 1000
+    # 4 x 16 batches at train_ratio 16: 0.25 updates per env step, no catch-up burst
+    resumed_updates = state["learner"]["updates"] - updates_before
+    assert 0.25 * 400 - 2 <= resumed_updates <= 0.25 * 400 + 1, resumed_updates
+    assert train(logdir, "run.steps=1000").returncode == 0, "a finished run reruns as a no-op"
+
+
+def test_changed_config_on_resume_exits_2_naming_the_key(tmp_path):
+    logdir = tmp_path / "run"
+    assert train(logdir, "run.steps=300").returncode == 0
+    result = train(logdir, "run.steps=300", "model.deter=128")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: model.deter: cannot change on resume"), lines[-1]
+    assert "Traceback" not in result.stderr
+
+
+def test_locked_run_directory_exits_2_naming_the_holder(tmp_path):
+    logdir = tmp_path / "run"
+    logdir.mkdir()
+    with RunLock(logdir):
+        result = train(logdir, "run.steps=300", timeout=60)
+    assert result.returncode == 2
+    assert f"pid {os.getpid()}" in result.stderr.strip().splitlines()[-1]
+
+
+def test_lock_of_a_killed_process_does_not_block_the_next_run(tmp_path):
+    logdir = tmp_path / "run"
+    logdir.mkdir()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from dreamer.checkpoint import RunLock\n"
+            "with RunLock(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(600)",
+            str(logdir),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout.readline().strip() == "held"
+    with pytest.raises(RunLockedError), RunLock(logdir):
+        pass
+    holder.kill()
+    holder.wait()
+    assert (logdir / "run.lock.owner").exists(), "the killed holder left its files behind"
+    with RunLock(logdir):
+        pass
+
+
+def children_of(pid: int) -> set[int]:
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.add(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_sigusr1_checkpoints_exits_with_requeue_code_and_leaves_no_children(tmp_path):
+    logdir = tmp_path / "run"
+    command = [sys.executable, "-m", "dreamer.train", *FAST, f"run.logdir={logdir}"]
+    process = subprocess.Popen(
+        [*command, "run.steps=100000", "run.progress=false"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 240
+    while not (logdir / "metrics.jsonl").exists() or len(metrics(logdir)) < 3:
+        assert time.monotonic() < deadline and process.poll() is None, "no progress"
+        time.sleep(0.5)
+    children = children_of(process.pid)
+    assert len(children) >= 3, "expected env workers and an inference process"
+    process.send_signal(signal.SIGUSR1)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == checkpoint.REQUEUE_EXIT, stderr[-3000:]
+    stopped_at = checkpoint.load(checkpoint.latest(logdir))["episodes"]["env_steps"]
+    assert stopped_at >= metrics(logdir)[-1]["env_steps"] > 0
+    time.sleep(2)
+    assert not [pid for pid in children if alive(pid)], "orphaned child processes"
+    resumed = train(logdir, f"run.steps={stopped_at + 200}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"at env step {stopped_at}" in resumed.stderr
+    steps = [row["env_steps"] for row in metrics(logdir)]
+    assert steps == sorted(set(steps)) and steps[-1] == stopped_at + 200
+
+
+def test_metrics_past_the_checkpoint_and_torn_lines_are_dropped(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    rows = [json.dumps({"env_steps": step}) + "\n" for step in (100, 200, 300, 400)]
+    path.write_text("".join(rows) + '{"env_steps": 50')
+    MetricsWriter.truncate(tmp_path, 200)
+    assert [json.loads(line)["env_steps"] for line in path.read_text().splitlines()] == [100, 200]
