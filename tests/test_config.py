@@ -45,6 +45,7 @@ def test_defaults():
         "name": "crafter",
         "id": "crafter",
         "size": 64,
+        "cues": 4,
         "length": 10000,
         "reward_scale": 1.0,
     }
@@ -194,5 +195,5 @@ def test_cfg_job_prints_yaml(flag, tmp_path):
 def test_help():
     proc = cli("--help")
     assert proc.returncode == 0
-    assert "cartpole | crafter | gym" in proc.stdout and "size12m" in proc.stdout
+    assert "cartpole | crafter | cue | gym" in proc.stdout and "size12m" in proc.stdout
     assert "smoke" in proc.stdout and "train_ratio" in proc.stdout
