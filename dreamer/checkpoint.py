@@ -28,15 +28,25 @@ def checkpoint_dir(logdir: Path) -> Path:
     return logdir / "checkpoints"
 
 
+class CheckpointError(OSError):
+    pass
+
+
 def save(logdir: Path, step: int, state: dict, keep: int = 3) -> Path:
+    """Write atomically; on failure (disk full, quota) the previous checkpoints stay
+    intact, the partial file is removed and ``CheckpointError`` says why."""
     folder = checkpoint_dir(logdir)
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / f"{PREFIX}{step:012d}.pt"
     temporary = folder / f".{final.name}.tmp"
-    with temporary.open("wb") as handle:
-        torch.save(state, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
+    try:
+        with temporary.open("wb") as handle:
+            torch.save(state, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except (OSError, RuntimeError) as error:  # torch.save wraps write errors in RuntimeError
+        temporary.unlink(missing_ok=True)
+        raise CheckpointError(f"checkpoint at step {step} not written: {error}") from None
     os.replace(temporary, final)
     directory = os.open(folder, os.O_RDONLY)
     try:

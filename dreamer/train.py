@@ -179,10 +179,15 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
         metrics_writer.write(stats.env_steps, row)
         interval.update(time=now, steps=stats.env_steps, updates=learner.updates)
 
-    def save() -> None:
+    def save() -> bool:
         state = registry.state_dict() | {"config": OmegaConf.to_container(cfg)}
-        path = checkpoint.save(logdir, stats.env_steps, state, keep=cfg.run.keep)
+        try:
+            path = checkpoint.save(logdir, stats.env_steps, state, keep=cfg.run.keep)
+        except checkpoint.CheckpointError as error:
+            log.error("%s; the previous checkpoint is kept, retrying at the next interval", error)
+            return False
         log.info("checkpoint written: %s", path)
+        return True
 
     collector.update_policy_weights_(agent.policy)
     log.info("training %s on %s, logging to %s", cfg.model.name, cfg.env.name, logdir)
@@ -212,8 +217,11 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
     finally:
         collector.shutdown()
         progress.close()
-        save()
+        saved = save()
         metrics_writer.close()
+    if not saved:
+        log.error("the final checkpoint could not be written; a rerun resumes from the last one")
+        return 1
     if stop.received:
         log.info(
             "stopped by signal %d at env step %d; rerun to resume", stop.received, stats.env_steps

@@ -2,6 +2,7 @@
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -17,7 +18,9 @@ from dreamer.logs import MetricsWriter
 FAST = ["experiment=smoke", "env=cue", "run.train_starts=200", "run.log_every=100"]
 
 
-def train(logdir: Path, *overrides: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def train(
+    logdir: Path, *overrides: str, timeout: float = 300, preexec_fn=None
+) -> subprocess.CompletedProcess:
     command = [
         sys.executable,
         "-m",
@@ -27,7 +30,9 @@ def train(logdir: Path, *overrides: str, timeout: float = 300) -> subprocess.Com
         "run.progress=false",
         *overrides,
     ]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=timeout, preexec_fn=preexec_fn
+    )
 
 
 def metrics(logdir: Path) -> list[dict]:
@@ -150,3 +155,23 @@ def test_metrics_past_the_checkpoint_and_torn_lines_are_dropped(tmp_path):
     path.write_text("".join(rows) + '{"env_steps": 50')
     MetricsWriter.truncate(tmp_path, 200)
     assert [json.loads(line)["env_steps"] for line in path.read_text().splitlines()] == [100, 200]
+
+
+def test_failed_checkpoint_writes_keep_the_previous_one_and_the_run_goes_on(tmp_path):
+    logdir = tmp_path / "run"
+    assert train(logdir, "run.steps=300").returncode == 0
+    good = checkpoint.latest(logdir)
+    limit = good.stat().st_size // 2
+
+    def small_disk():
+        # every file write past `limit` bytes fails with EFBIG, as on a full disk
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    result = train(logdir, "run.steps=600", "run.save_every=2", preexec_fn=small_disk)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "not written" in result.stderr and "previous checkpoint is kept" in result.stderr
+    assert metrics(logdir)[-1]["env_steps"] == 600, "the run stopped early"
+    assert checkpoint.latest(logdir) == good
+    assert checkpoint.load(good)["episodes"]["env_steps"] == 300
+    assert not list((logdir / "checkpoints").glob(".*.tmp")), "partial file left behind"
