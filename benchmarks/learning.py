@@ -4,11 +4,13 @@
     python benchmarks/learning.py cue --seeds 0 1 2
     python benchmarks/learning.py cartpole --steps 20000   # a shorter CPU budget
 
-Each seed runs ``python -m dreamer.train`` in a subprocess. The score of a seed is the
-mean return of the training episodes (stochastic policy) that finished in the last
-``window`` fraction of its env steps. Writes ``benchmarks/results/<check>.json`` and
-``<check>.png`` (mean and min-max over seeds vs env steps, with the reference line)
-and exits 1 when the mean score misses the threshold.
+Each seed runs ``python -m dreamer.train`` in a subprocess. The score of a seed is its
+eval return: the mean return of ``eval_episodes`` greedy (mode-policy) episodes of
+the final checkpoint in a fresh env (``dreamer.evaluate``). Writes
+``benchmarks/results/<check>.json`` and ``<check>.png`` (training-episode returns of
+every seed vs env steps, with the threshold and reference lines) and exits 1 when the
+mean score misses the threshold. ``--reuse`` scores finished seed runs again without
+training.
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dreamer.evaluate import evaluate
+
 ROOT = Path(__file__).resolve().parent.parent
+
 RESULTS = ROOT / "benchmarks" / "results"
 
 
@@ -34,7 +39,7 @@ class Check:
     threshold: float
     reference: float  # a random policy's return
     reference_name: str
-    window: float = 0.1
+    eval_episodes: int = 10
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
 
 
@@ -49,15 +54,12 @@ def read_curve(logdir: Path) -> list[tuple[int, float]]:
     return [(row["env_steps"], row["episode/return"]) for row in rows if "episode/return" in row]
 
 
-def score(curve: list[tuple[int, float]], steps: int, window: float) -> float:
-    tail = [value for step, value in curve if step > steps * (1 - window)]
-    if not tail:
-        raise RuntimeError("no episode finished in the scoring window")
-    return sum(tail) / len(tail)
-
-
-def run_seed(name: str, check: Check, seed: int, steps: int, extra: list[str]) -> dict:
+def run_seed(name: str, check: Check, seed: int, steps: int, extra: list[str], reuse: bool) -> dict:
     logdir = RESULTS / name / f"seed{seed}"
+    if reuse:
+        returns = evaluate(logdir, check.eval_episodes)
+        saved = json.loads((logdir / "seconds.json").read_text())["seconds"]
+        return _seed_result(seed, saved, returns, read_curve(logdir))
     if logdir.exists():
         for path in sorted(logdir.rglob("*"), reverse=True):
             path.unlink() if path.is_file() else path.rmdir()
@@ -75,13 +77,13 @@ def run_seed(name: str, check: Check, seed: int, steps: int, extra: list[str]) -
     started = time.perf_counter()
     subprocess.run(command, check=True, cwd=ROOT)
     seconds = time.perf_counter() - started
-    curve = read_curve(logdir)
-    return {
-        "seed": seed,
-        "seconds": seconds,
-        "score": score(curve, steps, check.window),
-        "curve": curve,
-    }
+    (logdir / "seconds.json").write_text(json.dumps({"seconds": seconds}))
+    return _seed_result(seed, seconds, evaluate(logdir, check.eval_episodes), read_curve(logdir))
+
+
+def _seed_result(seed: int, seconds: float, returns: list[float], curve: list) -> dict:
+    score = sum(returns) / len(returns)
+    return {"seed": seed, "seconds": seconds, "score": score, "returns": returns, "curve": curve}
 
 
 def plot(name: str, check: Check, runs: list[dict], path: Path) -> None:
@@ -110,13 +112,14 @@ def main() -> int:
     parser.add_argument("check", choices=sorted(CHECKS))
     parser.add_argument("--seeds", type=int, nargs="+")
     parser.add_argument("--steps", type=int, help="env-step budget per seed")
+    parser.add_argument("--reuse", action="store_true", help="re-score finished seed runs")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides")
     args = parser.parse_args()
     check = CHECKS[args.check]
     seeds = args.seeds or check.seeds
     steps = args.steps or check.steps
     RESULTS.mkdir(parents=True, exist_ok=True)
-    runs = [run_seed(args.check, check, seed, steps, args.overrides) for seed in seeds]
+    runs = [run_seed(args.check, check, seed, steps, args.overrides, args.reuse) for seed in seeds]
     scores = [run["score"] for run in runs]
     mean = sum(scores) / len(scores)
     result = {
@@ -129,6 +132,8 @@ def main() -> int:
         "final_min": min(scores),
         "final_max": max(scores),
         "seconds_per_seed": [round(run["seconds"]) for run in runs],
+        "eval_returns": {run["seed"]: run["returns"] for run in runs},
+        "eval_episodes": check.eval_episodes,
         "reference": check.reference,
         "overrides": check.overrides + args.overrides,
         "date": datetime.date.today().isoformat(),

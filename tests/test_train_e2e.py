@@ -2,6 +2,7 @@
 
 import gc
 import json
+import math
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import yaml
 
 from dreamer import checkpoint
 from dreamer.envs.crafter import ACHIEVEMENTS
+from dreamer.evaluate import evaluate
 from dreamer.train import main
 
 LOSS_TERMS = ("loss_model_reco", "loss_model_reward", "loss_actor", "loss_value")
@@ -126,3 +128,20 @@ def test_heap_is_unfrozen_after_an_interrupt(tmp_path):
     assert gc.get_freeze_count() == 0
     assert read_metrics(logdir)[0]["gc/frozen_objects"] > 0
     assert checkpoint.latest(logdir) is not None, "no checkpoint after Ctrl-C"
+
+
+def test_evaluate_plays_greedy_episodes_from_the_latest_checkpoint(smoke_run):
+    logdir, _ = smoke_run
+    returns = evaluate(logdir, episodes=2, max_steps=50)
+    assert len(returns) == 2 and all(math.isfinite(value) for value in returns)
+
+
+def test_evaluate_without_a_checkpoint_exits_2(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "dreamer.evaluate", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("error: run.logdir: no checkpoint")
