@@ -32,7 +32,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check dreamer tests benchmarks
 
 bench-learning: $(STAMP)
-	$(PY) benchmarks/learning.py $(ARGS)
+	$(PY) benchmarks/learning.py $(or $(ARGS),cartpole)
 
 clean:
 	rm -rf $(VENV) .pytest_cache
