@@ -18,7 +18,6 @@ class EpisodeStats:
         self._returns: list[float] = []
         self._lengths: list[int] = []
         self._unlocked = torch.zeros(len(achievement_names), dtype=torch.long)
-        self._interval_episodes = 0
 
     def __call__(self, batch: TensorDictBase) -> None:
         batch = batch.reshape(-1)
@@ -28,7 +27,6 @@ class EpisodeStats:
             return
         finished = batch[done]
         self.episodes += finished.numel()
-        self._interval_episodes += finished.numel()
         self._returns += finished.get(("next", "episode_reward")).reshape(-1).tolist()
         self._lengths += finished.get(("next", "step_count")).reshape(-1).tolist()
         if self.achievement_names:
@@ -42,12 +40,11 @@ class EpisodeStats:
             metrics["episode/return"] = sum(self._returns) / len(self._returns)
             metrics["episode/length"] = sum(self._lengths) / len(self._lengths)
             metrics["episode/count"] = len(self._returns)
-        if self.achievement_names and self._interval_episodes:
+        if self.achievement_names and self._returns:
             for name, count in zip(self.achievement_names, self._unlocked.tolist()):
                 metrics[f"achievements/{name}"] = count
         self._returns, self._lengths = [], []
         self._unlocked.zero_()
-        self._interval_episodes = 0
         return metrics
 
     def state_dict(self) -> dict:

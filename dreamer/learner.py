@@ -25,11 +25,8 @@ class NonFiniteError(RuntimeError):
 
 
 def _finite(batch: TensorDictBase) -> bool:
-    return all(
-        bool(torch.isfinite(value).all())
-        for value in batch.values(True, True)
-        if value.is_floating_point()
-    )
+    checks = [torch.isfinite(v).all() for v in batch.values(True, True) if v.is_floating_point()]
+    return bool(torch.stack(checks).all())
 
 
 class SkippingOptimizer(DreamerV3Optimizer):
@@ -119,9 +116,6 @@ class Learner:
         }
         result["learner/skipped"] = self.optimizer.skipped
         return result
-
-    def policy_weights(self) -> torch.nn.Module:
-        return self.agent.policy
 
     def state_dict(self) -> dict:
         return {

@@ -44,9 +44,7 @@ class MetricsWriter:
         if not path.exists():
             return
         lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-        kept = [
-            line for line in lines if _complete(line) and json.loads(line)["env_steps"] <= last_step
-        ]
+        kept = [line for line in lines if (step := _step(line)) is not None and step <= last_step]
         if len(kept) == len(lines):
             return
         temporary = path.with_suffix(".tmp")
@@ -71,13 +69,14 @@ class MetricsWriter:
             self.tensorboard.close()
 
 
-def _complete(line: str) -> bool:
-    """A line cut short by a crash mid-write is not valid JSON."""
+def _step(line: str) -> int | None:
+    """The line's ``env_steps``; None for a line cut short by a crash mid-write."""
+    if not line.endswith("\n"):
+        return None
     try:
-        json.loads(line)
+        return json.loads(line)["env_steps"]
     except json.JSONDecodeError:
-        return False
-    return line.endswith("\n")
+        return None
 
 
 class Progress:

@@ -61,12 +61,13 @@ class SequenceReplay:
         data = data.select(*self.keys)
         for stream in env_index.unique().tolist():
             rows = data[env_index == stream]
+            count = rows.shape[0]
             start = int(self.written[stream])
-            positions = torch.arange(start, start + rows.shape[0]) % self.per_stream
-            if rows.shape[0] > self.per_stream:  # keep only what fits
+            positions = torch.arange(start, start + count) % self.per_stream
+            if count > self.per_stream:  # keep only what fits
                 rows, positions = rows[-self.per_stream :], positions[-self.per_stream :]
             self.storages[stream].set(positions, rows)
-            self.written[stream] += env_index.eq(stream).sum()
+            self.written[stream] += count
 
     def _window_counts(self) -> torch.Tensor:
         stored = self.written.clamp(max=self.per_stream)
@@ -85,12 +86,16 @@ class SequenceReplay:
         )
         offsets = (torch.rand(self.batch, generator=self.generator) * counts[streams]).long()
         oldest = self.written[streams] - self.written[streams].clamp(max=self.per_stream)
-        steps = torch.arange(self.length)
-        windows = []
-        for stream, first in zip(streams.tolist(), (oldest + offsets).tolist()):
-            positions = (first + steps) % self.per_stream
-            windows.append(self.storages[stream].get(positions))
-        return torch.stack(windows, 0)
+        positions = (oldest + offsets).unsqueeze(1) + torch.arange(self.length)
+        positions = positions % self.per_stream
+        # one storage read per stream, then back into the sampled order
+        rows, parts = [], []
+        for stream in streams.unique().tolist():
+            chosen = (streams == stream).nonzero().squeeze(1)
+            rows.append(chosen)
+            parts.append(self.storages[stream].get(positions[chosen].reshape(-1)))
+        windows = torch.cat(parts, 0).reshape(self.batch, self.length)
+        return windows[torch.cat(rows).argsort()]
 
     def state_dict(self) -> dict:
         return {

@@ -54,12 +54,6 @@ class Agent:
     loss: DreamerV3Loss
     target_updater: SoftUpdate
 
-    @property
-    def state_dim(self) -> int:
-        return self.loss.model_loss.world_model[1].rssm_prior.module.num_categoricals * (
-            self.loss.model_loss.world_model[1].rssm_prior.module.num_classes
-        )
-
 
 def _head(in_features: int, out: int, model, outscale: float = 1.0) -> DreamerV3MLP:
     return DreamerV3MLP(
