@@ -5,24 +5,14 @@ shown, so the agent must learn reward from (observation, action) in its world mo
 and act on imagined returns. A random policy scores length / cues = 8.
 """
 
-import json
-import subprocess
-import sys
+from tests.runs import read_metrics, run_trainer
 
 
 def test_mean_return_rises_well_above_a_random_policy(tmp_path):
     logdir = tmp_path / "run"
-    command = [
-        sys.executable,
-        "-m",
-        "dreamer.train",
-        "experiment=cue",
-        f"run.logdir={logdir}",
-        "run.progress=false",
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    result = run_trainer(logdir, "experiment=cue")
     assert result.returncode == 0, result.stderr[-4000:]
-    rows = [json.loads(line) for line in (logdir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(logdir)
     returns = [row["episode/return"] for row in rows if "episode/return" in row]
     random_return = 16 / 2
     early = sum(returns[:2]) / 2

@@ -14,29 +14,13 @@ import pytest
 from dreamer import checkpoint
 from dreamer.checkpoint import RunLock, RunLockedError
 from dreamer.logs import MetricsWriter
+from tests.runs import read_metrics, run_trainer
 
 FAST = ["experiment=smoke", "env=cue", "run.train_starts=200", "run.log_every=100"]
 
 
-def train(
-    logdir: Path, *overrides: str, timeout: float = 300, preexec_fn=None
-) -> subprocess.CompletedProcess:
-    command = [
-        sys.executable,
-        "-m",
-        "dreamer.train",
-        *FAST,
-        f"run.logdir={logdir}",
-        "run.progress=false",
-        *overrides,
-    ]
-    return subprocess.run(
-        command, capture_output=True, text=True, timeout=timeout, preexec_fn=preexec_fn
-    )
-
-
-def metrics(logdir: Path) -> list[dict]:
-    return [json.loads(line) for line in (logdir / "metrics.jsonl").read_text().splitlines()]
+def train(logdir: Path, *overrides: str, timeout: float = 300, preexec_fn=None):
+    return run_trainer(logdir, *FAST, *overrides, timeout=timeout, preexec_fn=preexec_fn)
 
 
 def test_rerun_resumes_counters_metrics_and_update_schedule(tmp_path):
@@ -47,7 +31,7 @@ def test_rerun_resumes_counters_metrics_and_update_schedule(tmp_path):
     second = train(logdir, "run.steps=1000")
     assert second.returncode == 0, second.stderr[-3000:]
     assert "resuming from checkpoint-000000000600.pt at env step 600" in second.stderr
-    steps = [row["env_steps"] for row in metrics(logdir)]
+    steps = [row["env_steps"] for row in read_metrics(logdir)]
     assert steps == sorted(set(steps)) and steps[-1] == 1000
     state = checkpoint.load(checkpoint.latest(logdir))
     assert state["episodes"]["env_steps"] == 1000
@@ -130,7 +114,7 @@ def test_sigusr1_checkpoints_exits_with_requeue_code_and_leaves_no_children(tmp_
         text=True,
     )
     deadline = time.monotonic() + 240
-    while not (logdir / "metrics.jsonl").exists() or len(metrics(logdir)) < 3:
+    while not (logdir / "metrics.jsonl").exists() or len(read_metrics(logdir)) < 3:
         assert time.monotonic() < deadline and process.poll() is None, "no progress"
         time.sleep(0.5)
     children = children_of(process.pid)
@@ -139,13 +123,13 @@ def test_sigusr1_checkpoints_exits_with_requeue_code_and_leaves_no_children(tmp_
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == checkpoint.REQUEUE_EXIT, stderr[-3000:]
     stopped_at = checkpoint.load(checkpoint.latest(logdir))["episodes"]["env_steps"]
-    assert stopped_at >= metrics(logdir)[-1]["env_steps"] > 0
+    assert stopped_at >= read_metrics(logdir)[-1]["env_steps"] > 0
     time.sleep(2)
     assert not [pid for pid in children if alive(pid)], "orphaned child processes"
     resumed = train(logdir, f"run.steps={stopped_at + 200}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"at env step {stopped_at}" in resumed.stderr
-    steps = [row["env_steps"] for row in metrics(logdir)]
+    steps = [row["env_steps"] for row in read_metrics(logdir)]
     assert steps == sorted(set(steps)) and steps[-1] == stopped_at + 200
 
 
@@ -171,7 +155,7 @@ def test_failed_checkpoint_writes_keep_the_previous_one_and_the_run_goes_on(tmp_
     result = train(logdir, "run.steps=600", "run.save_every=2", preexec_fn=small_disk)
     assert result.returncode == 1, result.stderr[-3000:]
     assert "not written" in result.stderr and "previous checkpoint is kept" in result.stderr
-    assert metrics(logdir)[-1]["env_steps"] == 600, "the run stopped early"
+    assert read_metrics(logdir)[-1]["env_steps"] == 600, "the run stopped early"
     assert checkpoint.latest(logdir) == good
     assert checkpoint.load(good)["episodes"]["env_steps"] == 300
     assert not list((logdir / "checkpoints").glob(".*.tmp")), "partial file left behind"

@@ -1,7 +1,6 @@
 """End to end: the real trainer, real env worker processes, real files."""
 
 import gc
-import json
 import math
 import os
 import signal
@@ -9,7 +8,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import yaml
@@ -18,27 +16,16 @@ from dreamer import checkpoint
 from dreamer.envs.crafter import ACHIEVEMENTS
 from dreamer.evaluate import evaluate
 from dreamer.train import main
+from tests.runs import read_metrics, run_trainer
 
 LOSS_TERMS = ("loss_model_reco", "loss_model_reward", "loss_actor", "loss_value")
-
-
-def read_metrics(logdir: Path) -> list[dict]:
-    return [json.loads(line) for line in (logdir / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     """``python -m dreamer.train experiment=smoke`` on Crafter, as ``make smoke`` runs it."""
     logdir = tmp_path_factory.mktemp("smoke") / "run"
-    command = [
-        sys.executable,
-        "-m",
-        "dreamer.train",
-        "experiment=smoke",
-        f"run.logdir={logdir}",
-        "run.progress=false",
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    result = run_trainer(logdir, "experiment=smoke")
     assert result.returncode == 0, result.stderr[-4000:]
     return logdir, result
 

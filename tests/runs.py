@@ -1,0 +1,27 @@
+"""Running the real trainer from tests, and reading what it wrote."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def run_trainer(
+    logdir: Path, *overrides: str, timeout: float = 600, preexec_fn=None
+) -> subprocess.CompletedProcess:
+    """``python -m dreamer.train`` in a subprocess, without the progress bar."""
+    command = [
+        sys.executable,
+        "-m",
+        "dreamer.train",
+        *overrides,
+        f"run.logdir={logdir}",
+        "run.progress=false",
+    ]
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=timeout, preexec_fn=preexec_fn
+    )
+
+
+def read_metrics(logdir: Path) -> list[dict]:
+    return [json.loads(line) for line in (logdir / "metrics.jsonl").read_text().splitlines()]
