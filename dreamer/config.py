@@ -31,12 +31,24 @@ def _f(default: Any = MISSING, check: str | None = None, choices: tuple[str, ...
 
 @dataclass
 class EnvConfig:
-    name: str = _f(choices=("cartpole", "crafter", "cue", "gym"))  # selects the env adapter
+    name: str = _f(choices=("cartpole", "crafter", "cue", "gym", "minedojo"))  # the adapter
     id: str = _f()  # gymnasium id (cartpole, gym); "crafter" for crafter
     size: int = _f(64, ">= 16")  # image size (crafter only)
     cues: int = _f(4, ">= 2")  # number of cues (cue only)
     length: int = _f(check=">= 0")  # episode step cap; 0 = the env's own limit
     reward_scale: float = _f(1.0, "> 0")
+    # minedojo only
+    task: str = _f("harvest_milk")  # MineDojo task id, e.g. harvest_milk, open-ended
+    image_size: int = _f(64, ">= 16")
+    world_seed: int = _f(0)
+    break_speed: float = _f(100.0, "> 0")  # MineDojo's break_speed_multiplier
+    sticky_attack: int = _f(30, ">= 0")  # steps an attack keeps going
+    sticky_jump: int = _f(10, ">= 0")  # steps a jump keeps going
+    pitch_limit: float = _f(60.0, "(0, 90]")  # camera pitch kept within +- degrees
+    max_steps: int = _f(0, ">= 0")  # episode cap, ends as truncation; 0 = none
+    fast_reset: bool = _f(True)
+    milestone_reward: bool = _f(False)  # +1 the first time each item is obtained
+    launch_timeout: float = _f(600.0, "> 0")  # seconds to wait for the launch lock
 
 
 @dataclass
@@ -252,6 +264,14 @@ def _validate(cfg: DictConfig) -> None:
 
         if cfg.env.id not in gymnasium.envs.registry:
             raise ConfigError(f"env.id: unknown gymnasium id {cfg.env.id!r}")
+    if cfg.env.name == "minedojo":
+        import importlib.util
+
+        if importlib.util.find_spec("minedojo") is None:
+            raise ConfigError(
+                "env: minedojo is not installed; install it with pip install -e '.[minedojo]'"
+                " (MineDojo also needs gym 0.21, numpy<2, JDK 8 and xvfb: see README)"
+            )
     if cfg.learner.device == "cuda":
         import torch
 

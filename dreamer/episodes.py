@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDictBase
 
-from dreamer.envs import ACHIEVEMENTS_KEY
+from dreamer.envs import ACHIEVEMENTS_KEY, RESTART_KEY
 
 
 class EpisodeStats:
@@ -14,6 +14,7 @@ class EpisodeStats:
     def __init__(self, achievement_names: tuple[str, ...] = ()):
         self.env_steps = 0
         self.episodes = 0
+        self.restarts = 0  # simulator relaunches by the env adapters
         self.achievement_names = achievement_names
         self._returns: list[float] = []
         self._lengths: list[int] = []
@@ -22,6 +23,9 @@ class EpisodeStats:
     def __call__(self, batch: TensorDictBase) -> None:
         batch = batch.reshape(-1)
         self.env_steps += batch.numel()
+        restarts = batch.get(("next", RESTART_KEY), None)
+        if restarts is not None:
+            self.restarts += int(restarts.sum())
         done = batch.get(("next", "done")).reshape(-1)
         if not done.any():
             return
@@ -35,7 +39,7 @@ class EpisodeStats:
 
     def flush(self) -> dict[str, float]:
         """Metrics of the episodes finished since the last flush."""
-        metrics: dict[str, float] = {"episodes": self.episodes}
+        metrics: dict[str, float] = {"episodes": self.episodes, "env/restarts": self.restarts}
         if self._returns:
             metrics["episode/return"] = sum(self._returns) / len(self._returns)
             metrics["episode/length"] = sum(self._lengths) / len(self._lengths)
@@ -48,8 +52,9 @@ class EpisodeStats:
         return metrics
 
     def state_dict(self) -> dict:
-        return {"env_steps": self.env_steps, "episodes": self.episodes}
+        return {"env_steps": self.env_steps, "episodes": self.episodes, "restarts": self.restarts}
 
     def load_state_dict(self, state: dict) -> None:
         self.env_steps = state["env_steps"]
         self.episodes = state["episodes"]
+        self.restarts = state.get("restarts", 0)

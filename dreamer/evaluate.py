@@ -17,8 +17,8 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from dreamer import checkpoint
 from dreamer.agent.build import build_agent
-from dreamer.agent.spaces import spaces_from_specs
-from dreamer.envs import make_env
+from dreamer.agent.spaces import spaces_from_env
+from dreamer.envs import env_config, make_env
 
 EVAL_SEED_OFFSET = 1_000_000  # eval worlds differ from every training worker's
 
@@ -28,10 +28,10 @@ def evaluate(logdir: Path, episodes: int = 10, max_steps: int = 100_000) -> list
     if found is None:
         raise FileNotFoundError(f"run.logdir: no checkpoint in {logdir / 'checkpoints'}")
     cfg = OmegaConf.load(logdir / "config.yaml")
-    env_cfg = OmegaConf.to_container(cfg.env)
+    env_cfg = env_config(OmegaConf.to_container(cfg.env), logdir)
     latent = (cfg.model.stoch * cfg.model.classes, cfg.model.deter)
     env = make_env(env_cfg, cfg.run.seed + EVAL_SEED_OFFSET, latent)
-    spaces = spaces_from_specs(env.observation_spec, env.full_action_spec["action"])
+    spaces = spaces_from_env(env)
     agent = build_agent(cfg.model, cfg.learner, spaces)
     agent.loss.load_state_dict(checkpoint.load(found)["learner"]["loss"])
     returns = []

@@ -14,11 +14,11 @@ from torchrl.trainers.algorithms import DreamerV3UpdateRatio
 
 from dreamer import checkpoint
 from dreamer.agent.build import build_agent
-from dreamer.agent.spaces import spaces_from_specs
+from dreamer.agent.spaces import spaces_from_env
 from dreamer.checkpoint import RunLock, RunLockedError, StopSignals
 from dreamer.collect import make_collector
 from dreamer.config import ConfigError, check_resume, from_argv
-from dreamer.envs import make_env
+from dreamer.envs import env_config, make_env
 from dreamer.episodes import EpisodeStats
 from dreamer.heap import frozen_heap
 from dreamer.learner import Learner, NonFiniteError, resolve_device
@@ -44,14 +44,14 @@ class Every:
         return True
 
 
-def describe_env(cfg) -> tuple:
-    probe = make_env(OmegaConf.to_container(cfg.env), cfg.run.seed)
+def describe_env(env: dict, seed: int) -> tuple:
+    probe = make_env(env, seed)
     try:
-        spaces = spaces_from_specs(probe.observation_spec, probe.full_action_spec["action"])
+        spaces = spaces_from_env(probe)
     finally:
         probe.close()
     achievements = ()
-    if cfg.env.name == "crafter":
+    if env["name"] == "crafter":
         from dreamer.envs.crafter import ACHIEVEMENTS
 
         achievements = ACHIEVEMENTS
@@ -108,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
 def train(cfg, logdir: Path, resume: dict | None) -> int:
     if cfg.learner.threads:
         torch.set_num_threads(cfg.learner.threads)
-    spaces, achievements = describe_env(cfg)
+    env = env_config(OmegaConf.to_container(cfg.env), logdir)
+    spaces, achievements = describe_env(env, cfg.run.seed)
     model, learner_cfg = OmegaConf.to_container(cfg.model), OmegaConf.to_container(cfg.learner)
     torch.manual_seed(cfg.run.seed)  # the inference process builds the same weights
     agent = build_agent(cfg.model, cfg.learner, spaces)
@@ -141,7 +142,7 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
         log.info("nothing to do: %d env steps already done (run.steps=%d)", start, cfg.run.steps)
         return 0
     collector = make_collector(
-        env=OmegaConf.to_container(cfg.env),
+        env=env,
         model=model,
         learner=learner_cfg,
         spaces=spaces,

@@ -3,7 +3,7 @@ import torch
 from omegaconf import OmegaConf
 
 from dreamer.agent.build import build_agent
-from dreamer.agent.spaces import spaces_from_specs
+from dreamer.agent.spaces import spaces_from_env
 from dreamer.config import load
 from dreamer.envs import make_env
 from dreamer.learner import Learner, NonFiniteError
@@ -15,7 +15,7 @@ WORLD_MODEL_TERMS = ("loss_model_reco", "loss_model_reward", "loss_model_continu
 def real_batch(cfg, batch: int, length: int):
     """Random-policy transitions from the real env, cut into [batch, length] windows."""
     env = make_env(OmegaConf.to_container(cfg.env), seed=0, latent=(16, 64))
-    spaces = spaces_from_specs(env.observation_spec, env.full_action_spec["action"])
+    spaces = spaces_from_env(env)
     torch.manual_seed(0)
     rollout = env.rollout(batch * length, break_when_any_done=False)
     env.close()

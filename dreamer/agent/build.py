@@ -14,7 +14,7 @@ from tensordict.nn import (
     TensorDictSequential,
 )
 from torch import nn
-from torchrl.data import Bounded, Composite, OneHot, Unbounded
+from torchrl.data import Bounded, Composite, MultiOneHot, OneHot, Unbounded
 from torchrl.envs.model_based.dreamer import DreamerEnv
 from torchrl.modules import (
     DreamerV3DiscreteActor,
@@ -36,6 +36,7 @@ from torchrl.objectives import (
     ValueEstimators,
 )
 
+from dreamer.agent.masked import masked_multi_head_actor
 from dreamer.agent.networks import Carry, ContinuousActorNet, MultiDecoder, MultiEncoder, ToFloat
 from dreamer.agent.spaces import EnvSpaces
 
@@ -72,6 +73,14 @@ def _two_hot_head(net: nn.Module, prefix, name: str, in_keys, bins: int) -> Tens
 
 
 def _make_actor(spaces: EnvSpaces, features: int, model) -> ProbabilisticTensorDictSequential:
+    if spaces.action_heads:
+        return masked_multi_head_actor(
+            features,
+            spaces.action_heads,
+            depth=model.layers,
+            units=model.units,
+            unimix=model.unimix,
+        )
     if spaces.discrete:
         return DreamerV3DiscreteActor(
             features,
@@ -98,6 +107,8 @@ def _make_actor(spaces: EnvSpaces, features: int, model) -> ProbabilisticTensorD
 
 
 def _action_spec(spaces: EnvSpaces):
+    if spaces.action_heads:
+        return MultiOneHot([head.size for head in spaces.action_heads])
     if spaces.discrete:
         return OneHot(spaces.action_dim)
     return Bounded(spaces.action_low, spaces.action_high, (spaces.action_dim,))

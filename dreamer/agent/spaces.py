@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torchrl.data import Composite, OneHot, TensorSpec
+from torchrl.data import Composite, MultiOneHot, OneHot, TensorSpec
+
+from dreamer.agent.masked import Head
 
 # Keys that the env transforms add for the agent itself, never encoded.
 AGENT_KEYS = ("state", "belief", "previous_action", "is_init", "step_count", "episode_reward")
@@ -35,6 +37,8 @@ class EnvSpaces:
     discrete: bool
     action_low: float = -1.0
     action_high: float = 1.0
+    # Multi-head discrete actions (MultiOneHot): one Head per head, masks included.
+    action_heads: tuple[Head, ...] = ()
 
     @property
     def image_keys(self) -> tuple[ObsKey, ...]:
@@ -56,7 +60,17 @@ def _obs_kind(spec: TensorSpec) -> str:
     )
 
 
-def spaces_from_specs(observation_spec: Composite, action_spec: TensorSpec) -> EnvSpaces:
+def spaces_from_env(env) -> EnvSpaces:
+    """Describe a ``make_env`` env; a gymnasium adapter with masked multi-head actions
+    says how its heads relate through an ``action_heads`` attribute."""
+    adapter = getattr(env.base_env, "_env", None)
+    heads = getattr(adapter, "action_heads", None)
+    return spaces_from_specs(env.observation_spec, env.full_action_spec["action"], heads)
+
+
+def spaces_from_specs(
+    observation_spec: Composite, action_spec: TensorSpec, heads: tuple[Head, ...] | None = None
+) -> EnvSpaces:
     """Describe a torchrl env's observation and action specs for the agent."""
     obs = []
     for name in sorted(observation_spec.keys()):
@@ -67,6 +81,12 @@ def spaces_from_specs(observation_spec: Composite, action_spec: TensorSpec) -> E
         obs.append(ObsKey(name, shape, _obs_kind(spec)))
     if not obs:
         raise ValueError("the environment has no observation the agent can encode")
+    if isinstance(action_spec, MultiOneHot):  # a OneHot subclass: test it first
+        sizes = [int(n) for n in action_spec.nvec]
+        heads = tuple(heads) if heads else tuple(Head(size) for size in sizes)
+        if [head.size for head in heads] != sizes:
+            raise ValueError(f"action heads {[h.size for h in heads]} do not match {sizes}")
+        return EnvSpaces(tuple(obs), sum(sizes), discrete=True, action_heads=heads)
     if isinstance(action_spec, OneHot):
         return EnvSpaces(tuple(obs), int(action_spec.shape[-1]), discrete=True)
     if len(action_spec.shape) != 1:

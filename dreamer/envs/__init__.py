@@ -1,7 +1,7 @@
 """``make_env``: one environment for the agent, as a torchrl ``EnvBase``.
 
 Adapters: ``crafter`` (embedded default), ``cartpole`` and ``gym`` (any gymnasium id),
-``cue`` (a probe task for learning checks).
+``cue`` (a probe task for learning checks), ``minedojo`` (needs the ``minedojo`` extra).
 Every env carries the transforms the DreamerV3 acting policy needs: ``is_init``, an
 episode step counter and return, and zero-initialised ``state``/``belief``/
 ``previous_action`` entries that the policy fills and ``step_mdp`` carries.
@@ -10,6 +10,7 @@ episode step counter and return, and zero-initialised ``state``/``belief``/
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -31,6 +32,7 @@ from torchrl.envs import (
 from torchrl.envs.gym_like import default_info_dict_reader
 
 ACHIEVEMENTS_KEY = "info_achievements"
+RESTART_KEY = "info_restart"  # 1 on a step where the adapter relaunched its simulator
 
 
 class _CrafterAchievements(default_info_dict_reader):
@@ -52,6 +54,17 @@ class _CrafterAchievements(default_info_dict_reader):
         return super().__call__(info_dict, tensordict)
 
 
+class _Restarts(default_info_dict_reader):
+    """Reads an adapter's ``info["restart"]`` flag."""
+
+    def __init__(self):
+        super().__init__([RESTART_KEY], spec={RESTART_KEY: Unbounded((1,), dtype=torch.int64)})
+
+    def __call__(self, info_dict, tensordict):
+        flag = np.asarray([info_dict.get("restart", 0)], dtype=np.int64)
+        return super().__call__({RESTART_KEY: flag}, tensordict)
+
+
 def _base_env(env: Mapping, seed: int) -> tuple[EnvBase, int]:
     """The raw env and the step cap still to enforce (0: the env enforces its own)."""
     if env["name"] == "crafter":
@@ -64,7 +77,20 @@ def _base_env(env: Mapping, seed: int) -> tuple[EnvBase, int]:
         from dreamer.envs.cue import CueEnv
 
         return GymWrapper(CueEnv(cues=env["cues"], length=env["length"], seed=seed)), 0
+    if env["name"] == "minedojo":
+        from dreamer.envs.minedojo import from_config
+
+        base = GymWrapper(from_config(env, seed))
+        base.set_info_dict_reader(_Restarts())
+        return base, 0
     return GymEnv(env["id"]), env["length"]
+
+
+def env_config(env: dict, logdir: Path) -> dict:
+    """The ``env`` config node for the workers, plus the run directory's paths."""
+    if env["name"] == "minedojo":
+        env = {**env, "launch_lock": str(logdir / "minedojo-launch.lock")}
+    return env
 
 
 def make_env(env: Mapping, seed: int, latent: tuple[int, int] | None = None) -> EnvBase:
@@ -98,5 +124,6 @@ def make_env(env: Mapping, seed: int, latent: tuple[int, int] | None = None) -> 
             )
         )
     result = TransformedEnv(base, Compose(*transforms))
-    result.set_seed(seed)
+    if env["name"] != "minedojo":  # seeded by minedojo.make; a seeding reset would launch Java
+        result.set_seed(seed)
     return result

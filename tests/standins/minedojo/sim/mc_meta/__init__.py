@@ -1,0 +1,1 @@
+"""Stand-in for ``minedojo.sim.mc_meta``."""
