@@ -13,6 +13,7 @@ import pytest
 import yaml
 from filelock import FileLock
 
+from dreamer.config import ConfigError
 from dreamer.envs.minedojo import (
     DESTROY,
     FUNCTIONAL,
@@ -158,6 +159,11 @@ def test_launch_lock_timeout_is_a_clear_error(tmp_path):
         with pytest.raises(MineDojoLaunchError, match="held.lock.*another process holds it"):
             env.reset()
     env.close()
+
+
+def test_unknown_task_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="env.task: unknown MineDojo task 'harvest_nothing'"):
+        make(tmp_path, task="harvest_nothing")
 
 
 def test_missing_minedojo_is_one_line_exit_2(tmp_path):

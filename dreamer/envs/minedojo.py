@@ -30,6 +30,7 @@ from filelock import FileLock, Timeout
 from gymnasium import spaces
 
 from dreamer.agent.masked import Head
+from dreamer.config import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -251,6 +252,21 @@ def action_heads(vocab: Vocabulary) -> tuple[Head, ...]:
     )
 
 
+META_TASKS = ("open-ended", "harvest", "combat", "techtree", "survival")
+
+
+def check_task(task: str) -> None:
+    """Unknown task ids fail here, in the driver, not later in every worker."""
+    from minedojo.tasks import ALL_TASK_IDS
+
+    if task in ALL_TASK_IDS or task.lower() in META_TASKS or task.startswith("creative:"):
+        return
+    raise ConfigError(
+        f"env.task: unknown MineDojo task {task!r}; allowed: the ids in "
+        f"minedojo.tasks.ALL_TASK_IDS (e.g. harvest_milk), creative:<n>, {', '.join(META_TASKS)}"
+    )
+
+
 def default_lock() -> str:
     return str(Path(tempfile.gettempdir()) / "dreamer-minedojo-launch.lock")
 
@@ -278,6 +294,7 @@ class MineDojoEnv(gymnasium.Env):
         import minedojo
         from minedojo.sim.mc_meta import mc
 
+        check_task(task)
         self._minedojo = minedojo
         self.vocab = Vocabulary(tuple(mc.ALL_ITEMS), tuple(mc.ALL_CRAFT_SMELT_ITEMS))
         self._limits = (float(mc.MAX_LIFE), float(mc.MAX_FOOD), float(mc.MAX_BREATH))
