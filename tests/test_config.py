@@ -41,7 +41,8 @@ def cli(*args, cwd=None):
 def test_defaults():
     cfg = load([])
     assert set(cfg) == SECTIONS
-    assert OmegaConf.to_container(cfg.env) == {
+    env = OmegaConf.to_container(cfg.env)
+    assert {k: env[k] for k in ("name", "id", "size", "cues", "length", "reward_scale")} == {
         "name": "crafter",
         "id": "crafter",
         "size": 64,
@@ -110,6 +111,13 @@ def test_derived_logdir():
     assert load(["run.logdir=/tmp/somewhere"]).run.logdir == "/tmp/somewhere"
 
 
+def test_minedojo_preset(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "standins"))  # an importable minedojo
+    env = OmegaConf.to_container(load(["env=minedojo"]).env)
+    assert env["image_size"] == 64 and env["sticky_attack"] == 30 and env["pitch_limit"] == 60
+    assert env["break_speed"] == 100 and env["sticky_jump"] == 10 and env["max_steps"] == 3000
+
+
 def test_load_raises_config_error():
     with pytest.raises(ConfigError) as info:
         load(["run.steps=-5"])
@@ -149,6 +157,10 @@ BAD = [
     (["run.steps"], "run.steps"),
     (["run.steps=1,2"], "run.steps"),
     (["--cfg", "hydra"], "--cfg"),
+    (["env.pitch_limit=120"], "env.pitch_limit"),
+    (["env.sticky_attack=-1"], "env.sticky_attack"),
+    (["env.fast_reset=sometimes"], "env.fast_reset"),
+    (["env=minedojo"], "env"),  # the minedojo package is not installed here
 ]
 
 
