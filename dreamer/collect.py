@@ -87,3 +87,48 @@ def make_collector(
         envs,
     )
     return collector
+
+
+class Collection:
+    """Iterates a collector, and replaces it when it fails.
+
+    torchrl's ``AsyncBatchedCollector`` raises within about a second when an env worker
+    process dies (e.g. SIGKILL, out of memory) or its inference process does, but it
+    cannot replace one worker; so the whole collector is rebuilt by ``make`` (new
+    workers start new episodes, replay keeps what it has) and each rebuild is counted.
+    ``max_failures`` failures in a row without a batch in between re-raise.
+    """
+
+    def __init__(self, make, max_failures: int = 3):
+        self._make = make
+        self.max_failures = max_failures
+        self.replacements = 0
+        self.current = make()
+
+    def __iter__(self):
+        failures = 0
+        while True:
+            collector, announced = self.current, False
+            try:
+                for batch in collector:
+                    if not announced:
+                        pids = [worker.pid for worker in collector._workers]
+                        log.info("env worker pids: %s", " ".join(map(str, pids)))
+                        announced = True
+                    failures = 0
+                    yield batch
+                return
+            except RuntimeError as error:
+                failures += 1
+                if failures > self.max_failures:
+                    raise CollectorError(
+                        f"collection failed {failures} times in a row; last: {error}"
+                    ) from error
+                cause = error.__cause__ or error
+                log.error("collection failed (%s: %s); replacing the collector", error, cause)
+                self.replacements += 1
+                collector.shutdown()
+                self.current = self._make()
+
+    def shutdown(self) -> None:
+        self.current.shutdown()

@@ -233,6 +233,22 @@ def _in_range(value: float, check: str) -> bool:
     return above and (value <= hi if check[-1] == "]" else value < hi)
 
 
+def _check_gym_id(env_id: str) -> None:
+    """A registered gymnasium id, or ``package.module:Id-v0`` whose module registers it."""
+    import importlib
+
+    import gymnasium
+
+    module, _, name = env_id.rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise ConfigError(f"env.id: cannot import {module!r} for {env_id!r}: {error}") from None
+    if (name if module else env_id) not in gymnasium.envs.registry:
+        raise ConfigError(f"env.id: unknown gymnasium id {env_id!r}")
+
+
 def _validate(cfg: DictConfig) -> None:
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing == ["env.id"]:
@@ -260,10 +276,7 @@ def _validate(cfg: DictConfig) -> None:
             f" = {r.length * envs}), got {r.size}"
         )
     if cfg.env.name in ("cartpole", "gym"):
-        import gymnasium
-
-        if cfg.env.id not in gymnasium.envs.registry:
-            raise ConfigError(f"env.id: unknown gymnasium id {cfg.env.id!r}")
+        _check_gym_id(cfg.env.id)
     if cfg.env.name == "minedojo":
         import importlib.util
 

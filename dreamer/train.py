@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import shutil
 import statistics
 import sys
 import time
@@ -16,7 +17,7 @@ from dreamer import checkpoint
 from dreamer.agent.build import build_agent
 from dreamer.agent.spaces import spaces_from_env
 from dreamer.checkpoint import RunLock, RunLockedError, StopSignals
-from dreamer.collect import make_collector
+from dreamer.collect import Collection, CollectorError, make_collector
 from dreamer.config import ConfigError, check_resume, from_argv
 from dreamer.envs import env_config, make_env
 from dreamer.episodes import EpisodeStats
@@ -26,6 +27,7 @@ from dreamer.logs import MetricsWriter, Progress, setup_logging
 from dreamer.replay import SequenceReplay, replay_keys
 
 log = logging.getLogger("dreamer")
+REPLACEMENT_SEED_STRIDE = 7_919  # env seeds of a replacement collector's workers
 SPEED_SAMPLE = 5  # updates timed for the CPU speed note
 
 
@@ -45,7 +47,14 @@ class Every:
 
 
 def describe_env(env: dict, seed: int) -> tuple:
-    probe = make_env(env, seed)
+    try:
+        probe = make_env(env, seed)
+    except ConfigError:
+        raise
+    except Exception as error:  # a broken env: one line, before any worker starts
+        what = env["id"] if env["name"] == "gym" else env["name"]
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError(f"env: cannot create {what}: {detail}") from error
     try:
         spaces = spaces_from_env(probe)
     finally:
@@ -92,15 +101,18 @@ def main(argv: list[str] | None = None) -> int:
     cfg = from_argv(sys.argv[1:] if argv is None else argv)
     setup_logging()
     logdir = Path(cfg.run.logdir)
+    created = not logdir.exists()
     logdir.mkdir(parents=True, exist_ok=True)
     try:
         with RunLock(logdir):
             state = prepare_run_dir(cfg, logdir)
             return train(cfg, logdir, state)
     except (ConfigError, RunLockedError) as error:
+        if created:  # refused before any training: leave no half-created run directory
+            shutil.rmtree(logdir, ignore_errors=True)
         print(f"error: {error}", file=sys.stderr)
         return 2
-    except NonFiniteError as error:
+    except (NonFiniteError, CollectorError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
 
@@ -141,20 +153,33 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
     if start >= cfg.run.steps:
         log.info("nothing to do: %d env steps already done (run.steps=%d)", start, cfg.run.steps)
         return 0
-    collector = make_collector(
-        env=env,
-        model=model,
-        learner=learner_cfg,
-        spaces=spaces,
-        latent=latent,
-        envs=cfg.run.envs,
-        chunk=cfg.collector.chunk,
-        seed=cfg.run.seed,
-        threads=cfg.collector.threads,
-        replay=replay,
-        total=cfg.run.steps - start,
-    )
-    collector.post_collect_hook = stats
+    built = 0
+
+    def new_collector():
+        """The first collector, or a replacement after a dead worker (counted as an env
+        restart; its workers get fresh env seeds)."""
+        nonlocal built
+        if built:
+            stats.restarts += 1
+        collector = make_collector(
+            env=env,
+            model=model,
+            learner=learner_cfg,
+            spaces=spaces,
+            latent=latent,
+            envs=cfg.run.envs,
+            chunk=cfg.collector.chunk,
+            seed=cfg.run.seed + REPLACEMENT_SEED_STRIDE * built,
+            threads=cfg.collector.threads,
+            replay=replay,
+            total=cfg.run.steps - stats.env_steps,
+        )
+        built += 1
+        collector.post_collect_hook = stats
+        collector.update_policy_weights_(agent.policy)
+        return collector
+
+    collection = Collection(new_collector)
     metrics_writer = MetricsWriter(logdir)
     progress = Progress(cfg.run.steps, initial=start, enabled=cfg.run.progress)
     log_due = Every(cfg.run.log_every, start - start % cfg.run.log_every)
@@ -172,7 +197,7 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
             "env_steps_per_s": (stats.env_steps - interval["steps"]) / elapsed,
             "updates_per_s": (learner.updates - interval["updates"]) / elapsed,
             "replay/size": len(replay),
-            "policy_version": collector.policy_version,
+            "policy_version": collection.current.policy_version,
             **losses,
             **stats.flush(),
             **gc_stats.metrics(),
@@ -190,11 +215,10 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
         log.info("checkpoint written: %s", path)
         return True
 
-    collector.update_policy_weights_(agent.policy)
     log.info("training %s on %s, logging to %s", cfg.model.name, cfg.env.name, logdir)
     try:
         with StopSignals() as stop, frozen_heap() as gc_stats:
-            for _ in collector:
+            for _ in collection:
                 steps = stats.env_steps
                 if steps >= cfg.run.train_starts and replay.can_sample():
                     for _ in range(ratio(steps)):
@@ -205,7 +229,7 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
                             if len(first_updates) == SPEED_SAMPLE:  # the 1st one is slower
                                 log.info(cpu_speed_note(statistics.median(first_updates), cfg))
                         if learner.updates % cfg.collector.sync_every == 0:
-                            collector.update_policy_weights_(agent.policy)
+                            collection.current.update_policy_weights_(agent.policy)
                         if stop.received:
                             break
                 progress.update(steps, learner.updates)
@@ -216,7 +240,7 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
                 if steps >= cfg.run.steps or stop.received:
                     break
     finally:
-        collector.shutdown()
+        collection.shutdown()
         progress.close()
         saved = save()
         metrics_writer.close()

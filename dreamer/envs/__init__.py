@@ -9,9 +9,11 @@ episode step counter and return, and zero-initialised ``state``/``belief``/
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
+import gymnasium
 import numpy as np
 import torch
 from torchrl.data import Unbounded
@@ -20,7 +22,6 @@ from torchrl.envs import (
     Compose,
     DoubleToFloat,
     EnvBase,
-    GymEnv,
     GymWrapper,
     InitTracker,
     RewardScaling,
@@ -30,6 +31,8 @@ from torchrl.envs import (
     TransformedEnv,
 )
 from torchrl.envs.gym_like import default_info_dict_reader
+
+from dreamer.envs.restarts import Restarting
 
 ACHIEVEMENTS_KEY = "info_achievements"
 RESTART_KEY = "info_restart"  # 1 on a step where the adapter relaunched its simulator
@@ -65,25 +68,33 @@ class _Restarts(default_info_dict_reader):
         return super().__call__({RESTART_KEY: flag}, tensordict)
 
 
-def _base_env(env: Mapping, seed: int) -> tuple[EnvBase, int]:
-    """The raw env and the step cap still to enforce (0: the env enforces its own)."""
+def _adapter(env: Mapping, seed: int) -> Callable[[], gymnasium.Env]:
+    """A factory of the gymnasium env (called again to recreate a failed one)."""
     if env["name"] == "crafter":
-        from dreamer.envs.crafter import ACHIEVEMENTS, CrafterEnv
+        from dreamer.envs.crafter import CrafterEnv
 
-        base = GymWrapper(CrafterEnv(size=env["size"], length=env["length"], seed=seed))
-        base.set_info_dict_reader(_CrafterAchievements(ACHIEVEMENTS))
-        return base, 0
+        return functools.partial(CrafterEnv, size=env["size"], length=env["length"], seed=seed)
     if env["name"] == "cue":
         from dreamer.envs.cue import CueEnv
 
-        return GymWrapper(CueEnv(cues=env["cues"], length=env["length"], seed=seed)), 0
-    if env["name"] == "minedojo":
+        return functools.partial(CueEnv, cues=env["cues"], length=env["length"], seed=seed)
+    return functools.partial(gymnasium.make, env["id"])
+
+
+def _base_env(env: Mapping, seed: int) -> tuple[EnvBase, int]:
+    """The raw env and the step cap still to enforce (0: the env enforces its own)."""
+    if env["name"] == "minedojo":  # relaunches its simulator itself, under the launch lock
         from dreamer.envs.minedojo import from_config
 
         base = GymWrapper(from_config(env, seed))
-        base.set_info_dict_reader(_Restarts())
-        return base, 0
-    return GymEnv(env["id"]), env["length"]
+    else:
+        base = GymWrapper(Restarting(_adapter(env, seed)))
+    base.set_info_dict_reader(_Restarts())
+    if env["name"] == "crafter":
+        from dreamer.envs.crafter import ACHIEVEMENTS
+
+        base.set_info_dict_reader(_CrafterAchievements(ACHIEVEMENTS))
+    return base, env["length"] if env["name"] in ("cartpole", "gym") else 0
 
 
 def env_config(env: dict, logdir: Path) -> dict:

@@ -1,0 +1,35 @@
+"""A gymnasium env that raises every ``fail_every`` steps, for the env-restart tests.
+
+Importing this module registers ``Faulty-v0``; the trainer takes it as
+``env=gym env.id=tests.faulty_env:Faulty-v0`` (gymnasium imports the module first).
+"""
+
+import gymnasium
+import numpy as np
+
+
+class FaultyEnv(gymnasium.Env):
+    """Reward 1 per step, 50-step episodes; step number ``fail_every`` of an instance raises."""
+
+    def __init__(self, fail_every: int = 150):
+        self.observation_space = gymnasium.spaces.Box(-1.0, 1.0, (3,), np.float32)
+        self.action_space = gymnasium.spaces.Discrete(2)
+        self.fail_every = fail_every
+        self.steps = 0
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.np_random.uniform(-1, 1, 3).astype(np.float32), {}
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps % self.fail_every == 0:
+            raise RuntimeError(f"faulty env: injected failure at step {self.steps}")
+        self.t += 1
+        obs = self.np_random.uniform(-1, 1, 3).astype(np.float32)
+        return obs, 1.0, False, self.t >= 50, {}
+
+
+gymnasium.register("Faulty-v0", entry_point=FaultyEnv)
