@@ -85,6 +85,7 @@ class ReplayConfig:
     size: int = _f(1_000_000, ">= 1")  # transitions
     batch: int = _f(16, ">= 1")
     length: int = _f(64, ">= 2")
+    storage: str = _f("memory", choices=("memory", "disk"))  # disk: memory-mapped run-dir files
 
 
 @dataclass

@@ -6,13 +6,24 @@ delivers interleaved chunks from many workers, and a DreamerV3 sequence must be
 marked by ``is_init``, where the RSSM resets). torchrl's ``SliceSampler`` cuts
 trajectories by contiguous storage, which chunk interleaving breaks, and it cannot
 exclude windows that straddle a stream's write cursor.
+
+``storage="disk"`` keeps each stream in memory-mapped files under ``directory``
+(torchrl's ``LazyMemmapStorage``): resident memory stays flat as replay grows, a
+checkpoint holds only the write cursors, and a resume maps the files again instead of
+copying the contents. A run killed after its last checkpoint has written past that
+checkpoint's cursors, over the oldest steps of a full stream; ``written.npy`` (the
+cursors as they are on disk) tells how far, and those overwritten steps are excluded
+until the resumed run passes them.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
-from torchrl.data import LazyTensorStorage
+from torchrl.data import LazyMemmapStorage, LazyTensorStorage
 
 ENV_INDEX = "env_index"
 
@@ -40,19 +51,47 @@ class SequenceReplay:
         length: int,
         keys: list,
         seed: int = 0,
+        storage: str = "memory",
+        directory: Path | None = None,
     ):
         self.per_stream = max(capacity // streams, length)
         self.streams = streams
         self.batch = batch
         self.length = length
         self.keys = keys
-        self.storages = [LazyTensorStorage(self.per_stream) for _ in range(streams)]
+        self.disk = storage == "disk"
+        if self.disk:
+            self.directory = Path(directory)
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self.storages = [
+                LazyMemmapStorage(
+                    self.per_stream,
+                    scratch_dir=self._stream_dir(i),
+                    existsok=True,
+                    auto_cleanup=False,
+                )
+                for i in range(streams)
+            ]
+            cursors = self.directory / "written.npy"
+            if not cursors.exists():
+                np.save(cursors, np.zeros(streams, np.int64))
+            self._on_disk = np.load(cursors, mmap_mode="r+")
+        else:
+            self.storages = [LazyTensorStorage(self.per_stream) for _ in range(streams)]
         # written[i]: transitions ever written to stream i (its write cursor in time)
         self.written = torch.zeros(streams, dtype=torch.long)
+        # floor[i]: the oldest step of stream i still intact (see the module docstring)
+        self.floor = torch.zeros(streams, dtype=torch.long)
         self.generator = torch.Generator().manual_seed(seed)
 
+    def _stream_dir(self, stream: int) -> Path:
+        return self.directory / f"stream{stream}"
+
+    def _oldest(self) -> torch.Tensor:
+        return torch.maximum(self.written - self.per_stream, self.floor).clamp(min=0)
+
     def __len__(self) -> int:
-        return int(self.written.clamp(max=self.per_stream).sum())
+        return int((self.written - self._oldest()).sum())
 
     def extend(self, data: TensorDictBase) -> None:
         """Append a batch of transitions routed by their ``env_index`` entry."""
@@ -66,11 +105,14 @@ class SequenceReplay:
             positions = torch.arange(start, start + count) % self.per_stream
             if count > self.per_stream:  # keep only what fits
                 rows, positions = rows[-self.per_stream :], positions[-self.per_stream :]
+            if self.disk:  # the cursor on disk first: it bounds what a crash may overwrite
+                end = int(self.written[stream]) + count
+                self._on_disk[stream] = max(int(self._on_disk[stream]), end)
             self.storages[stream].set(positions, rows)
             self.written[stream] += count
 
     def _window_counts(self) -> torch.Tensor:
-        stored = self.written.clamp(max=self.per_stream)
+        stored = self.written - self._oldest()
         return (stored - self.length + 1).clamp(min=0)
 
     def can_sample(self) -> bool:
@@ -85,7 +127,7 @@ class SequenceReplay:
             counts.float(), self.batch, replacement=True, generator=self.generator
         )
         offsets = (torch.rand(self.batch, generator=self.generator) * counts[streams]).long()
-        oldest = self.written[streams] - self.written[streams].clamp(max=self.per_stream)
+        oldest = self._oldest()[streams]
         positions = (oldest + offsets).unsqueeze(1) + torch.arange(self.length)
         positions = positions % self.per_stream
         # one storage read per stream, then back into the sampled order
@@ -98,17 +140,47 @@ class SequenceReplay:
         return windows[torch.cat(rows).argsort()]
 
     def state_dict(self) -> dict:
-        return {
+        state = {
             "written": self.written.clone(),
+            "floor": self.floor.clone(),
             "generator": self.generator.get_state(),
-            "streams": [
-                storage.state_dict() if len(storage) else None for storage in self.storages
-            ],
         }
+        if self.disk:  # the contents stay in their files
+            return state | {"storage": "disk"}
+        streams = [storage.state_dict() if len(storage) else None for storage in self.storages]
+        return state | {"storage": "memory", "streams": streams}
 
     def load_state_dict(self, state: dict) -> None:
         self.written = state["written"].clone()
+        self.floor = state.get("floor", torch.zeros_like(self.written)).clone()
         self.generator.set_state(state["generator"])
-        for storage, saved in zip(self.storages, state["streams"], strict=True):
-            if saved is not None:
-                storage.load_state_dict(saved)
+        if not self.disk:
+            for storage, saved in zip(self.storages, state["streams"], strict=True):
+                if saved is not None:
+                    storage.load_state_dict(saved)
+            return
+        on_disk = torch.from_numpy(np.array(self._on_disk))
+        # steps written after the checkpoint overwrote the oldest ones of full streams
+        self.floor = torch.maximum(self.floor, on_disk - self.per_stream)
+        for stream, storage in enumerate(self.storages):
+            if self.written[stream] == 0:
+                continue
+            # map the stream's files again (torchrl has no public "open existing memmap")
+            storage._storage = TensorDict.load_memmap(self._stream_dir(stream))
+            storage.initialized = True
+            storage._len = int(min(on_disk[stream], self.per_stream))
+
+    def digest(self) -> str:
+        """A checksum of the steps a sample can read, stream by stream, oldest first."""
+        import hashlib
+
+        hasher = hashlib.sha256()
+        for stream, storage in enumerate(self.storages):
+            oldest, newest = int(self._oldest()[stream]), int(self.written[stream])
+            if newest == oldest:
+                continue
+            rows = storage.get(torch.arange(oldest, newest) % self.per_stream)
+            for key in sorted(rows.keys(True, True), key=str):
+                hasher.update(str(key).encode())
+                hasher.update(rows.get(key).contiguous().numpy().tobytes())
+        return hasher.hexdigest()

@@ -135,6 +135,8 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
         cfg.replay.length,
         replay_keys([key.name for key in spaces.obs]),
         seed=cfg.run.seed,
+        storage=cfg.replay.storage,
+        directory=logdir / "replay",
     )
     stats = EpisodeStats(achievements)
     ratio = DreamerV3UpdateRatio(cfg.run.train_ratio / (cfg.replay.batch * cfg.replay.length))

@@ -1,0 +1,87 @@
+"""kill -9 the trainer at five random moments (one of them inside a checkpoint write):
+every rerun resumes, nothing is lost or duplicated, and the run finishes."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+from dreamer import checkpoint
+from tests.runs import read_metrics
+from tests.test_resume import FAST
+
+STEPS = 1500
+
+
+def start(logdir, log):
+    command = [
+        sys.executable,
+        "-m",
+        "dreamer.train",
+        *FAST,
+        f"run.steps={STEPS}",
+        "run.train_ratio=4",  # few updates: this test is about surviving kills
+        "run.save_every=1",
+        "replay.storage=disk",
+        f"run.logdir={logdir}",
+        "run.progress=false",
+    ]
+    return subprocess.Popen(command, stderr=log, stdout=log)
+
+
+def rows_after(logdir, step: int) -> bool:
+    """Has the run logged a metrics row past env step ``step``?"""
+    path = logdir / "metrics.jsonl"
+    if not path.exists():
+        return False
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line)["env_steps"] > step:
+                return True
+        except ValueError:  # a line being written
+            pass
+    return False
+
+
+def test_kill_9_at_random_moments_loses_nothing(tmp_path):
+    rng = random.Random(20261129)
+    logdir = tmp_path / "run"
+    checkpoints = [0]
+    for moment in range(5):
+        with open(tmp_path / f"run{moment}.log", "w") as log:
+            process = start(logdir, log)
+            deadline = time.monotonic() + 300
+            while not rows_after(logdir, checkpoints[-1]):  # it resumed and made progress
+                assert process.poll() is None, (tmp_path / f"run{moment}.log").read_text()[-3000:]
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+            if moment == 2:  # inside a checkpoint write: the temporary file exists
+                folder = checkpoint.checkpoint_dir(logdir)
+                while not list(folder.glob(".*.tmp")):
+                    assert time.monotonic() < deadline and process.poll() is None
+                    time.sleep(0.0005)
+                os.kill(process.pid, signal.SIGKILL)
+                assert list(folder.glob(".*.tmp")), "the kill did not land inside a write"
+            else:
+                time.sleep(rng.uniform(0, 5))
+                os.kill(process.pid, signal.SIGKILL)
+            assert process.wait(30) == -signal.SIGKILL
+        found = checkpoint.latest(logdir)
+        state = checkpoint.load(found)  # every checkpoint left behind loads
+        checkpoints.append(state["episodes"]["env_steps"])
+        assert checkpoints[-1] >= checkpoints[-2], "a checkpoint went back in time"
+    with open(tmp_path / "final.log", "w") as log:
+        final = start(logdir, log)
+        assert final.wait(600) == 0, (tmp_path / "final.log").read_text()[-3000:]
+    final_log = (tmp_path / "final.log").read_text()
+    assert f"at env step {checkpoints[-1]}" in final_log
+    assert checkpoints[-1] > checkpoints[1] > 0, "the killed runs made no progress"
+    rows = read_metrics(logdir)
+    steps = [row["env_steps"] for row in rows]
+    assert steps == sorted(set(steps)) and steps[-1] == STEPS
+    updates = [row["updates"] for row in rows]
+    assert updates == sorted(updates), "update counter went back"
+    assert checkpoint.load(checkpoint.latest(logdir))["episodes"]["env_steps"] == STEPS
