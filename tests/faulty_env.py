@@ -33,3 +33,13 @@ class FaultyEnv(gymnasium.Env):
 
 
 gymnasium.register("Faulty-v0", entry_point=FaultyEnv)
+
+
+class BrokenEnv(gymnasium.Env):
+    """An env that cannot be created (a missing asset, a bad install)."""
+
+    def __init__(self):
+        raise OSError("broken env: the world files are missing")
+
+
+gymnasium.register("Broken-v0", entry_point=BrokenEnv)

@@ -159,3 +159,74 @@ def test_failed_checkpoint_writes_keep_the_previous_one_and_the_run_goes_on(tmp_
     assert checkpoint.latest(logdir) == good
     assert checkpoint.load(good)["episodes"]["env_steps"] == 300
     assert not list((logdir / "checkpoints").glob(".*.tmp")), "partial file left behind"
+
+
+BAD_RESUMES = [
+    ("model.deter=128", "model.deter"),
+    ("model=size1m", "model."),
+    ("env=cartpole", "env."),
+    ("replay.batch=8", "replay.batch"),
+    ("replay.length=8", "replay.length"),
+    ("replay.storage=disk", "replay.storage"),
+    ("run.envs=3", "run.envs"),
+    ("run.seed=5", "run.seed"),
+    ("run.train_ratio=8", "run.train_ratio"),
+    ("learner.lr=0.001", "learner.lr"),
+    ("learner.horizon=4", "learner.horizon"),
+    ("collector.chunk=8", "collector.chunk"),
+]
+BAD_STARTS = [  # refused by the trainer itself, after the command line parsed
+    ("env=gym env.id=tests.faulty_env:Broken-v0 env.length=0", "env: cannot create"),
+    ("env=gym env.id=tests.faulty_env:Nope-v0 env.length=0", "env.id: unknown gymnasium id"),
+    ("env=gym env.id=no_such_module:Nope-v0 env.length=0", "env.id: cannot import"),
+]
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    return {
+        str(path.relative_to(directory)): path.read_bytes()
+        for path in sorted(directory.rglob("*"))
+        if path.is_file() and not path.name.startswith("run.lock")
+    }
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("finished") / "run"
+    result = train(logdir, "run.steps=300")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return logdir
+
+
+def test_bad_resumes_and_starts_exit_2_and_change_nothing(finished_run, tmp_path):
+    """Each refused command: exit 2, one line naming the key; a resumed run directory is
+    left byte for byte as it was, a new one is not created."""
+    import shutil
+
+    procs = {}
+    for index, (override, key) in enumerate(BAD_RESUMES + BAD_STARTS):
+        logdir = tmp_path / f"case{index}"
+        if (override, key) in BAD_RESUMES:
+            shutil.copytree(finished_run, logdir)
+        command = [sys.executable, "-m", "dreamer.train", *FAST, "run.steps=300"]
+        procs[index] = (
+            subprocess.Popen(
+                [*command, *override.split(), f"run.logdir={logdir}", "run.progress=false"],
+                stderr=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            ),
+            logdir,
+            key,
+            snapshot(logdir) if logdir.exists() else None,
+        )
+    for process, logdir, key, before in procs.values():
+        _, stderr = process.communicate(timeout=300)
+        errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
+        assert process.returncode == 2, stderr[-2000:]
+        assert len(errors) == 1 and key in errors[0], stderr[-2000:]
+        assert "Traceback" not in stderr
+        if before is None:
+            assert not logdir.exists(), f"{logdir.name}: half-created run directory left"
+        else:
+            assert snapshot(logdir) == before, f"{logdir.name}: run directory changed"
