@@ -103,7 +103,22 @@ class Collection:
         self._make = make
         self.max_failures = max_failures
         self.replacements = 0
-        self.current = make()
+        self.earlier_versions = 0  # weight pushes to earlier collectors (and earlier runs)
+        self.current = None
+
+    def start(self) -> None:
+        self.current = self._make()
+
+    @property
+    def policy_version(self) -> int:
+        """Weight pushes over the whole run, across replacements and resumes."""
+        return self.earlier_versions + (self.current.policy_version if self.current else 0)
+
+    def state_dict(self) -> dict:
+        return {"policy_version": self.policy_version}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.earlier_versions = state["policy_version"]
 
     def __iter__(self):
         failures = 0
@@ -127,8 +142,10 @@ class Collection:
                 cause = error.__cause__ or error
                 log.error("collection failed (%s: %s); replacing the collector", error, cause)
                 self.replacements += 1
+                self.earlier_versions += collector.policy_version
                 collector.shutdown()
                 self.current = self._make()
 
     def shutdown(self) -> None:
-        self.current.shutdown()
+        if self.current is not None:
+            self.current.shutdown()

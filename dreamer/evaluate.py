@@ -23,8 +23,11 @@ from dreamer.envs import env_config, make_env
 EVAL_SEED_OFFSET = 1_000_000  # eval worlds differ from every training worker's
 
 
-def evaluate(logdir: Path, episodes: int = 10, max_steps: int = 100_000) -> list[float]:
-    found = checkpoint.latest(logdir)
+def evaluate(
+    logdir: Path, episodes: int = 10, max_steps: int = 100_000, path: Path | None = None
+) -> list[float]:
+    """Greedy returns of the run's latest checkpoint, or of the checkpoint at ``path``."""
+    found = path or checkpoint.latest(logdir)
     if found is None:
         raise FileNotFoundError(f"run.logdir: no checkpoint in {logdir / 'checkpoints'}")
     cfg = OmegaConf.load(logdir / "config.yaml")

@@ -140,21 +140,6 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
     )
     stats = EpisodeStats(achievements)
     ratio = DreamerV3UpdateRatio(cfg.run.train_ratio / (cfg.replay.batch * cfg.replay.length))
-    registry = checkpoint.Registry()
-    for name, part in (
-        ("learner", learner),
-        ("ratio", ratio),
-        ("episodes", stats),
-        ("replay", replay),
-        ("rng", checkpoint.TorchRng()),
-    ):
-        registry.register(name, part)
-    if resume:
-        registry.load_state_dict(resume)
-    start = stats.env_steps
-    if start >= cfg.run.steps:
-        log.info("nothing to do: %d env steps already done (run.steps=%d)", start, cfg.run.steps)
-        return 0
     built = 0
 
     def new_collector():
@@ -182,6 +167,23 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
         return collector
 
     collection = Collection(new_collector)
+    registry = checkpoint.Registry()
+    for name, part in (
+        ("learner", learner),
+        ("ratio", ratio),
+        ("episodes", stats),
+        ("replay", replay),
+        ("collection", collection),
+        ("rng", checkpoint.TorchRng()),
+    ):
+        registry.register(name, part)
+    if resume:
+        registry.load_state_dict(resume)
+    start = stats.env_steps
+    if start >= cfg.run.steps:
+        log.info("nothing to do: %d env steps already done (run.steps=%d)", start, cfg.run.steps)
+        return 0
+    collection.start()
     metrics_writer = MetricsWriter(logdir)
     progress = Progress(cfg.run.steps, initial=start, enabled=cfg.run.progress)
     log_due = Every(cfg.run.log_every, start - start % cfg.run.log_every)
@@ -199,7 +201,7 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
             "env_steps_per_s": (stats.env_steps - interval["steps"]) / elapsed,
             "updates_per_s": (learner.updates - interval["updates"]) / elapsed,
             "replay/size": len(replay),
-            "policy_version": collection.current.policy_version,
+            "policy_version": collection.policy_version,
             **losses,
             **stats.flush(),
             **gc_stats.metrics(),
