@@ -58,6 +58,14 @@ def save(logdir: Path, step: int, state: dict, keep: int = 3) -> Path:
     return final
 
 
+def remove_partial(logdir: Path) -> list[Path]:
+    """Delete temporary files of writes a crash interrupted; returns what it removed."""
+    partial = sorted(checkpoint_dir(logdir).glob(f".{PREFIX}*.tmp"))
+    for path in partial:
+        path.unlink(missing_ok=True)
+    return partial
+
+
 def latest(logdir: Path) -> Path | None:
     found = sorted(checkpoint_dir(logdir).glob(f"{PREFIX}*.pt"))
     return found[-1] if found else None

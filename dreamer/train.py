@@ -86,6 +86,8 @@ def prepare_run_dir(cfg, logdir: Path) -> dict | None:
     saved_config = logdir / "config.yaml"
     if saved_config.exists():
         check_resume(OmegaConf.to_container(OmegaConf.load(saved_config)), cfg)
+    for partial in checkpoint.remove_partial(logdir):
+        log.warning("removed %s, a checkpoint write a crash interrupted", partial.name)
     found = checkpoint.latest(logdir)
     state = checkpoint.load(found) if found else None
     MetricsWriter.truncate(logdir, state["episodes"]["env_steps"] if state else 0)

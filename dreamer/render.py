@@ -1,0 +1,184 @@
+"""Figures and videos, drawn off the training loop by a pool of spawned processes.
+
+Renderers take plain numpy arrays and lists (never live models) and a path. Their files
+are byte-identical whether drawn inline or on the pool: a fixed matplotlib backend and
+style, PNGs without software/time metadata, videos encoded single-threaded.
+
+``RenderPool(workers)``: ``workers=0`` draws inline; ``DREAMER_RENDER_WORKERS``
+overrides the configured size. A renderer that raises is reported (which file, why)
+and the run goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+from concurrent.futures import Future, ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+WORKERS_ENV = "DREAMER_RENDER_WORKERS"
+PNG_METADATA = {"Software": None}  # matplotlib writes its version there otherwise
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    plt.rcdefaults()
+    plt.rcParams.update({"font.family": "DejaVu Sans", "font.size": 8, "figure.dpi": 100})
+    return plt
+
+
+def _save(figure, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, metadata=PNG_METADATA)
+
+
+def open_loop(path: Path, truth: np.ndarray, model: np.ndarray, context: int) -> None:
+    """Rows: truth, model, |error|; columns: time steps ([T, H, W, 3] uint8 each).
+    The first ``context`` model frames are reconstructions, the rest imagined."""
+    plt = _pyplot()
+    steps = truth.shape[0]
+    figure, axes = plt.subplots(3, steps, figsize=(steps * 0.9, 3.0), squeeze=False)
+    error = np.abs(truth.astype(np.int16) - model.astype(np.int16)).astype(np.uint8)
+    for row, (name, frames) in enumerate((("truth", truth), ("model", model), ("error", error))):
+        for t in range(steps):
+            axis = axes[row, t]
+            axis.imshow(frames[t], interpolation="nearest")
+            axis.set_xticks([])
+            axis.set_yticks([])
+            if t == 0:
+                axis.set_ylabel(name)
+            if row == 0:
+                axis.set_title(f"{'ctx' if t < context else 'imag'} {t}", fontsize=6)
+    figure.tight_layout(pad=0.2)
+    _save(figure, path)
+    plt.close(figure)
+
+
+def curve(path: Path, series: dict[str, tuple[list[float], list[float]]], title: str) -> None:
+    """Lines of (x, y) per name, e.g. train and eval return vs env steps."""
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for name, (x, y) in series.items():
+        axis.plot(x, y, marker="o" if len(x) < 30 else None, markersize=3, label=name)
+    axis.set_xlabel("env steps")
+    axis.set_ylabel("return")
+    axis.set_title(title)
+    axis.legend()
+    figure.tight_layout()
+    _save(figure, path)
+    plt.close(figure)
+
+
+def bars(path: Path, names: list[str], values: list[float], title: str) -> None:
+    """Horizontal bars, e.g. Crafter's per-achievement success rates in %."""
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(6, 0.25 * len(names) + 1))
+    axis.barh(range(len(names)), values)
+    axis.set_yticks(range(len(names)), names)
+    axis.invert_yaxis()
+    axis.set_xlabel("%")
+    axis.set_title(title)
+    figure.tight_layout()
+    _save(figure, path)
+    plt.close(figure)
+
+
+def video(path: Path, frames: np.ndarray, fps: int = 16) -> Path:
+    """[T, H, W, 3] uint8 frames as an MP4 (imageio's ffmpeg plugin, one encoder thread
+    so the bytes do not depend on scheduling), or a GIF when ffmpeg is unavailable."""
+    import imageio.v2 as imageio
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import imageio_ffmpeg  # noqa: F401
+
+        target = path.with_suffix(".mp4")
+        imageio.mimwrite(
+            target,
+            list(frames),
+            fps=fps,
+            codec="libx264",
+            macro_block_size=1,
+            ffmpeg_params=["-threads", "1", "-fflags", "+bitexact", "-flags:v", "+bitexact"],
+        )
+    except ImportError:
+        target = path.with_suffix(".gif")
+        imageio.mimwrite(target, list(frames), duration=1000 / fps, loop=0)
+    return target
+
+
+RENDERERS = {"open_loop": open_loop, "curve": curve, "bars": bars, "video": video}
+
+
+def draw(kind: str, path: Path, arguments: dict) -> None:
+    RENDERERS[kind](Path(path), **arguments)
+
+
+def pool_size(configured: int) -> int:
+    """``DREAMER_RENDER_WORKERS`` if set, else the configured size."""
+    value = os.environ.get(WORKERS_ENV)
+    if value is None or value == "":
+        return configured
+    if not value.isdigit():
+        raise ValueError(f"{WORKERS_ENV}: expected a worker count >= 0, got {value!r}")
+    return int(value)
+
+
+def default_workers() -> int:
+    return min(os.cpu_count() or 1, 16)
+
+
+class RenderPool:
+    """Draws submitted figures inline (0 workers) or on spawned worker processes."""
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        self.failures: list[str] = []
+        self._pending: list[tuple[Path, Future]] = []
+        self._pool = None
+        if workers:
+            context = multiprocessing.get_context("spawn")
+            self._pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_pyplot)
+
+    def submit(self, kind: str, path: Path, **arguments) -> None:
+        if self._pool is None:
+            try:
+                draw(kind, path, arguments)
+            except Exception as error:  # noqa: BLE001 - a figure must not end the run
+                self._failed(path, error)
+            return
+        self._pending.append((Path(path), self._pool.submit(draw, kind, path, arguments)))
+        self.collect()
+
+    def _failed(self, path: Path, error: BaseException) -> None:
+        message = f"{path}: {type(error).__name__}: {error}"
+        self.failures.append(message)
+        log.error("render failed: %s", message)
+
+    def collect(self, wait: bool = False) -> None:
+        """Report finished (or, with ``wait``, all) renders."""
+        still = []
+        for path, future in self._pending:
+            if wait or future.done():
+                try:
+                    future.result()
+                except Exception as error:  # noqa: BLE001
+                    self._failed(path, error)
+            else:
+                still.append((path, future))
+        self._pending = still
+
+    def close(self) -> None:
+        self.collect(wait=True)
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None

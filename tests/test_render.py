@@ -1,0 +1,71 @@
+"""The render pool draws byte-identical files to a serial render; failures are reported."""
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from dreamer.render import WORKERS_ENV, RenderPool, pool_size
+
+
+def jobs(seed: int = 0):
+    rng = np.random.default_rng(seed)
+    truth = rng.integers(0, 255, (8, 16, 16, 3), dtype=np.uint8)
+    model = rng.integers(0, 255, (8, 16, 16, 3), dtype=np.uint8)
+    steps = list(range(0, 5000, 500))
+    yield "open_loop", "open_loop.png", dict(truth=truth, model=model, context=3)
+    yield "open_loop", "open_loop2.png", dict(truth=model, model=truth, context=5)
+    yield (
+        "curve",
+        "curve.png",
+        dict(
+            series={
+                "train": (steps, rng.normal(size=10).tolist()),
+                "eval": (steps[::3], [1, 2, 3, 4]),
+            },
+            title="returns",
+        ),
+    )
+    yield "bars", "bars.png", dict(names=["a", "b", "c"], values=[10.0, 50.5, 99.0], title="%")
+    yield "video", "episode", dict(frames=rng.integers(0, 255, (12, 32, 32, 3), dtype=np.uint8))
+
+
+def render_all(directory, workers: int) -> dict[str, str]:
+    pool = RenderPool(workers)
+    for kind, name, arguments in jobs():
+        pool.submit(kind, directory / name, **arguments)
+    pool.close()
+    assert pool.failures == []
+    return {
+        path.name: hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(directory.iterdir())
+    }
+
+
+def test_pool_output_is_byte_identical_to_serial(tmp_path):
+    serial = render_all(tmp_path / "serial", 0)
+    pooled = render_all(tmp_path / "pool", 2)
+    assert len(serial) == 5 and any(name.startswith("episode.") for name in serial)
+    assert pooled == serial
+
+
+def test_environment_variable_overrides_the_pool_size(monkeypatch):
+    monkeypatch.setenv(WORKERS_ENV, "0")
+    assert pool_size(4) == 0
+    monkeypatch.setenv(WORKERS_ENV, "3")
+    assert pool_size(0) == 3
+    monkeypatch.delenv(WORKERS_ENV)
+    assert pool_size(5) == 5
+    monkeypatch.setenv(WORKERS_ENV, "many")
+    with pytest.raises(ValueError, match=WORKERS_ENV):
+        pool_size(1)
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_failing_render_is_reported_and_others_still_draw(tmp_path, workers):
+    pool = RenderPool(workers)
+    pool.submit("open_loop", tmp_path / "bad.png", truth=np.zeros((2, 4)), model=None, context=1)
+    pool.submit("bars", tmp_path / "good.png", names=["x"], values=[1.0], title="t")
+    pool.close()
+    assert len(pool.failures) == 1 and "bad.png" in pool.failures[0]
+    assert (tmp_path / "good.png").exists() and not (tmp_path / "bad.png").exists()
