@@ -119,11 +119,12 @@ def test_a_crashed_simulator_is_relaunched(tmp_path):
     env.close()
 
 
-def _launch(lock: str, log: str, seconds: str) -> None:
+def _launch(lock: str, log: str, seconds: str, ready) -> None:
     os.environ["MINEDOJO_STANDIN_LOG"] = log
     os.environ["MINEDOJO_STANDIN_LAUNCH_SECONDS"] = seconds
     sys.path.insert(0, str(STANDINS))
     env = MineDojoEnv("open-ended", launch_lock=lock)
+    ready.wait(60)  # both processes launch at the same moment
     env.reset()
     env.close()
 
@@ -131,11 +132,14 @@ def _launch(lock: str, log: str, seconds: str) -> None:
 def launch_intervals(tmp_path, locks: list[str]) -> list[tuple[float, float]]:
     log = tmp_path / "launches.log"
     context = multiprocessing.get_context("spawn")
-    workers = [context.Process(target=_launch, args=(lock, str(log), "1.0")) for lock in locks]
+    ready = context.Barrier(len(locks))
+    workers = [
+        context.Process(target=_launch, args=(lock, str(log), "1.0", ready)) for lock in locks
+    ]
     for worker in workers:
         worker.start()
     for worker in workers:
-        worker.join(60)
+        worker.join(120)
         assert worker.exitcode == 0
     lines = [line.split() for line in log.read_text().splitlines()]
     return sorted((float(start), float(end)) for _, start, end in lines)
