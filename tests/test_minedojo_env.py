@@ -202,6 +202,7 @@ def test_train_end_to_end_with_a_crash(tmp_path):
         "env.max_steps=200",
         "run.envs=4",
         "run.steps=1000",
+        "run.train_ratio=4",  # few updates: this test is about the env and the actor
         "run.train_starts=300",
         "run.log_every=100",
         f"run.logdir={logdir}",
