@@ -113,8 +113,12 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, nargs="+")
     parser.add_argument("--steps", type=int, help="env-step budget per seed")
     parser.add_argument("--reuse", action="store_true", help="re-score finished seed runs")
-    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides")
-    args = parser.parse_args()
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides (key=value)")
+    argv = sys.argv[1:]
+    # overrides may follow --seeds, whose int list would otherwise swallow them
+    overrides = [a for a in argv if "=" in a and not a.startswith("-")]
+    args = parser.parse_args([a for a in argv if a not in overrides])
+    args.overrides = overrides
     check = CHECKS[args.check]
     seeds = args.seeds or check.seeds
     steps = args.steps or check.steps
