@@ -80,6 +80,7 @@ def test_kill_9_at_random_moments_loses_nothing(tmp_path):
         step = checkpoint.load(found)["episodes"]["env_steps"] if found else 0
         checkpoints.append(step)
         assert checkpoints[-1] >= checkpoints[-2], "a checkpoint went back in time"
+    print(f"checkpoint env steps after each kill: {checkpoints[1:]}")
     with open(tmp_path / "final.log", "w") as log:
         final = start(logdir, log)
         assert final.wait(600) == 0, (tmp_path / "final.log").read_text()[-3000:]
