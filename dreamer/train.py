@@ -25,6 +25,7 @@ from dreamer.heap import frozen_heap
 from dreamer.learner import Learner, NonFiniteError, resolve_device
 from dreamer.logs import MetricsWriter, Progress, setup_logging
 from dreamer.replay import SequenceReplay, replay_keys
+from dreamer.timing import LoopTimers
 
 log = logging.getLogger("dreamer")
 REPLACEMENT_SEED_STRIDE = 7_919  # env seeds of a replacement collector's workers
@@ -207,6 +208,7 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
             **losses,
             **stats.flush(),
             **gc_stats.metrics(),
+            **timers.flush(),
         }
         metrics_writer.write(stats.env_steps, row)
         interval.update(time=now, steps=stats.env_steps, updates=learner.updates)
@@ -222,27 +224,33 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
         return True
 
     log.info("training %s on %s, logging to %s", cfg.model.name, cfg.env.name, logdir)
+    timers = LoopTimers()
     try:
         with StopSignals() as stop, frozen_heap() as gc_stats:
-            for _ in collection:
+            for _ in timers.waiting(collection):
                 steps = stats.env_steps
                 if steps >= cfg.run.train_starts and replay.can_sample():
                     for _ in range(ratio(steps)):
+                        with timers.phase("sample"):
+                            batch = replay.sample()
                         started = time.perf_counter()
-                        losses = learner.update(replay.sample())
+                        losses = learner.update(batch)
+                        timers.add("update", time.perf_counter() - started)
                         if device.type == "cpu" and len(first_updates) < SPEED_SAMPLE:
                             first_updates.append(time.perf_counter() - started)
                             if len(first_updates) == SPEED_SAMPLE:  # the 1st one is slower
                                 log.info(cpu_speed_note(statistics.median(first_updates), cfg))
                         if learner.updates % cfg.collector.sync_every == 0:
-                            collection.current.update_policy_weights_(agent.policy)
+                            with timers.phase("sync"):
+                                collection.current.update_policy_weights_(agent.policy)
                         if stop.received:
                             break
                 progress.update(steps, learner.updates)
-                if log_due(steps) or steps >= cfg.run.steps:
-                    write_metrics()
-                if save_due(time.monotonic()):
-                    save()
+                with timers.phase("log"):
+                    if log_due(steps) or steps >= cfg.run.steps:
+                        write_metrics()
+                    if save_due(time.monotonic()):
+                        save()
                 if steps >= cfg.run.steps or stop.received:
                     break
     finally:
@@ -250,6 +258,7 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
         progress.close()
         saved = save()
         metrics_writer.close()
+        log.info(timers.summary())
     if not saved:
         log.error("the final checkpoint could not be written; a rerun resumes from the last one")
         return 1

@@ -132,3 +132,18 @@ def test_evaluate_without_a_checkpoint_exits_2(tmp_path):
     )
     assert result.returncode == 2
     assert result.stderr.strip().startswith("error: run.logdir: no checkpoint")
+
+
+def test_metrics_say_where_the_loop_time_goes(smoke_run):
+    logdir, result = smoke_run
+    rows = read_metrics(logdir)
+    phases = ("collect_wait", "sample", "update", "sync", "log")
+    for previous, row in zip(rows, rows[1:]):
+        times = [row[f"time/{phase}_s"] for phase in phases]
+        assert all(t >= 0 for t in times)
+        wall = (row["env_steps"] - previous["env_steps"]) / row["env_steps_per_s"]
+        assert sum(times) <= wall * 1.02 + 0.05, (times, wall)  # phases never overlap
+    assert sum(row["time/update_s"] for row in rows) > 0
+    assert sum(row["time/collect_wait_s"] for row in rows) > 0
+    summary = [line for line in result.stderr.splitlines() if "loop time:" in line]
+    assert len(summary) == 1 and all(f"{phase} " in summary[0] for phase in phases)

@@ -1,0 +1,54 @@
+"""Where the training loop's time goes: seconds per phase, per metrics interval and in
+total, so a user can tell a collection-bound run from a learner-bound one."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+PHASES = ("collect_wait", "sample", "update", "sync", "log")
+
+
+class LoopTimers:
+    def __init__(self):
+        self.started = time.perf_counter()
+        self.interval = dict.fromkeys(PHASES, 0.0)
+        self.total = dict.fromkeys(PHASES, 0.0)
+
+    def add(self, phase: str, seconds: float) -> None:
+        self.interval[phase] += seconds
+        self.total[phase] += seconds
+
+    @contextmanager
+    def phase(self, name: str):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - started)
+
+    def waiting(self, items: Iterable, phase: str = "collect_wait") -> Iterator:
+        """Yields from ``items``, timing each wait for the next one."""
+        iterator = iter(items)
+        while True:
+            started = time.perf_counter()
+            try:
+                item = next(iterator)
+            except StopIteration:
+                return
+            finally:
+                self.add(phase, time.perf_counter() - started)
+            yield item
+
+    def flush(self) -> dict[str, float]:
+        """``time/<phase>_s`` of the interval since the last flush."""
+        metrics = {f"time/{name}_s": seconds for name, seconds in self.interval.items()}
+        self.interval = dict.fromkeys(PHASES, 0.0)
+        return metrics
+
+    def summary(self) -> str:
+        wall = max(time.perf_counter() - self.started, 1e-9)
+        shares = ", ".join(f"{name} {100 * s / wall:.0f}%" for name, s in self.total.items())
+        other = 100 * (1 - sum(self.total.values()) / wall)
+        return f"loop time: {wall:.0f} s; {shares}, other {other:.0f}%"
