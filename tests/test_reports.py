@@ -1,0 +1,30 @@
+"""Open-loop predictions: after the context they depend on actions, never on observations."""
+
+import numpy as np
+import torch
+
+from dreamer.agent.build import build_agent
+from dreamer.config import load
+from dreamer.reports import open_loop
+from tests.test_learner import real_batch
+
+
+def test_open_loop_ignores_observations_after_the_context():
+    cfg = load(["experiment=smoke"])  # Crafter images
+    spaces, batch = real_batch(cfg, 2, 10)
+    torch.manual_seed(0)
+    agent = build_agent(cfg.model, cfg.learner, spaces)
+    torch.manual_seed(1)  # the same latent draws in every call below
+    truth, model = open_loop(agent, batch, context=4, image="pixels")
+    assert truth.shape == model.shape == (2, 10, 64, 64, 3) and model.dtype == np.uint8
+    assert (truth == batch["next", "pixels"].numpy()).all()
+    changed = batch.clone()
+    changed["next", "pixels"][:, 4:] = 255 - changed["next", "pixels"][:, 4:]
+    torch.manual_seed(1)
+    _, model_changed = open_loop(agent, changed, context=4, image="pixels")
+    assert (model_changed[:, 4:] == model[:, 4:]).all(), "imagined frames saw observations"
+    changed["next", "pixels"][:, :4] = 0  # the context does matter
+    torch.manual_seed(1)
+    _, model_context = open_loop(agent, changed, context=4, image="pixels")
+    assert (model_context[:, :4] != model[:, :4]).any()
+    assert (model_context[:, 4:] != model[:, 4:]).any()
