@@ -39,3 +39,10 @@ def open_loop(
         frames.append(decoded.get(("next", reco_key(image))).unsqueeze(1))
     model = torch.cat(frames, 1)
     return batch.get(("next", image)).numpy(), _to_uint8(model)
+
+
+def crafter_score(success_rates: list[float]) -> float:
+    """Crafter's score (Hafner 2021): the geometric mean of (1 + s_i) minus 1, over the
+    per-achievement success rates s_i in percent."""
+    rates = np.asarray(success_rates, np.float64)
+    return float(np.exp(np.log1p(rates).mean()) - 1)

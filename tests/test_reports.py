@@ -28,3 +28,13 @@ def test_open_loop_ignores_observations_after_the_context():
     _, model_context = open_loop(agent, changed, context=4, image="pixels")
     assert (model_context[:, :4] != model[:, :4]).any()
     assert (model_context[:, 4:] != model[:, 4:]).any()
+
+
+def test_crafter_score_is_the_geometric_mean_of_one_plus_rates():
+    from dreamer.reports import crafter_score
+
+    assert crafter_score([0.0] * 22) == 0.0
+    assert abs(crafter_score([100.0] * 22) - 100.0) < 1e-9
+    # one achievement always, the rest never: (101 ** (1 / 22)) - 1
+    assert abs(crafter_score([100.0] + [0.0] * 21) - (101 ** (1 / 22) - 1)) < 1e-9
+    assert crafter_score([50.0, 0.0]) < 25.0  # below the arithmetic mean
