@@ -119,8 +119,12 @@ def test_heap_is_unfrozen_after_an_interrupt(tmp_path):
 
 def test_evaluate_plays_greedy_episodes_from_the_latest_checkpoint(smoke_run):
     logdir, _ = smoke_run
-    returns = evaluate(logdir, episodes=2, max_steps=50)
+    returns = evaluate(logdir, episodes=2, max_steps=50, reports=True)
     assert len(returns) == 2 and all(math.isfinite(value) for value in returns)
+    step = read_metrics(logdir)[-1]["env_steps"]
+    written = {path.name for path in (logdir / "eval" / f"{step:012d}").iterdir()}
+    assert {"open_loop.png", "returns.png", "achievements.png"} <= written
+    assert written & {"episode.mp4", "episode.gif"}
 
 
 def test_evaluate_without_a_checkpoint_exits_2(tmp_path):
