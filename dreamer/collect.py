@@ -94,8 +94,8 @@ class Collection:
 
     torchrl's ``AsyncBatchedCollector`` raises within about a second when an env worker
     process dies (e.g. SIGKILL, out of memory) or its inference process does, but it
-    cannot replace one worker; so the whole collector is rebuilt by ``make`` (new
-    workers start new episodes, replay keeps what it has) and each rebuild is counted.
+    cannot replace one worker; so the whole collector is rebuilt by ``make(replacements)``
+    (new workers start new episodes, replay keeps what it has).
     ``max_failures`` failures in a row without a batch in between re-raise.
     """
 
@@ -107,7 +107,7 @@ class Collection:
         self.current = None
 
     def start(self) -> None:
-        self.current = self._make()
+        self.current = self._make(self.replacements)
 
     @property
     def policy_version(self) -> int:
@@ -144,7 +144,7 @@ class Collection:
                 self.replacements += 1
                 self.earlier_versions += collector.policy_version
                 collector.shutdown()
-                self.current = self._make()
+                self.current = self._make(self.replacements)
 
     def shutdown(self) -> None:
         if self.current is not None:

@@ -143,13 +143,11 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
     )
     stats = EpisodeStats(achievements)
     ratio = DreamerV3UpdateRatio(cfg.run.train_ratio / (cfg.replay.batch * cfg.replay.length))
-    built = 0
 
-    def new_collector():
+    def new_collector(replacements: int):
         """The first collector, or a replacement after a dead worker (counted as an env
         restart; its workers get fresh env seeds)."""
-        nonlocal built
-        if built:
+        if replacements:
             stats.restarts += 1
         collector = make_collector(
             env=env,
@@ -159,12 +157,11 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
             latent=latent,
             envs=cfg.run.envs,
             chunk=cfg.collector.chunk,
-            seed=cfg.run.seed + REPLACEMENT_SEED_STRIDE * built,
+            seed=cfg.run.seed + REPLACEMENT_SEED_STRIDE * replacements,
             threads=cfg.collector.threads,
             replay=replay,
             total=cfg.run.steps - stats.env_steps,
         )
-        built += 1
         collector.post_collect_hook = stats
         collector.update_policy_weights_(agent.policy)
         return collector

@@ -31,6 +31,10 @@ VOCAB = Vocabulary(
 EMPTY = np.array(["air"] * 36, dtype=object)
 
 
+def counts(names, quantities) -> np.ndarray:
+    return inventory_counts(VOCAB.slot_items(names), quantities, len(VOCAB.items))
+
+
 def inventory(*slots: tuple[str, float]) -> tuple[np.ndarray, np.ndarray]:
     names, quantities = EMPTY.copy(), np.zeros(36, np.float32)
     for slot, (name, quantity) in enumerate(slots):
@@ -44,12 +48,12 @@ def test_names_with_spaces_match_the_vocabulary():
 
 
 def test_inventory_counts():
-    assert not inventory_counts(*inventory(), VOCAB).any()  # empty: all "air"
+    assert not counts(*inventory()).any()  # empty: all "air"
     names, quantities = inventory(("log", 3), ("crafting table", 1), ("log", 5), ("unobtainium", 9))
-    counts = inventory_counts(names, quantities, VOCAB)
-    assert counts.tolist() == [0, 0, 1, 0, 8, 0]  # stacks summed, unknown names skipped
+    held = counts(names, quantities)
+    assert held.tolist() == [0, 0, 1, 0, 8, 0]  # stacks summed, unknown names skipped
     full = inventory(*[("cobblestone", 64)] * 36)
-    assert inventory_counts(*full, VOCAB)[1] == 36 * 64
+    assert counts(*full)[1] == 36 * 64
 
 
 def test_equipped_and_life_stats():
@@ -69,29 +73,31 @@ def test_action_mask_all_false_but_noop():
 def test_item_masks_and_slots_round_trip():
     names, _ = inventory(("log", 3), ("stick", 2), ("log", 1), ("diamond", 1))
     slot_mask = np.array([False, True, True, True] + [False] * 32)
-    mask = item_mask(names, slot_mask, VOCAB)
+    slots = VOCAB.slot_items(names)
+    mask = item_mask(slots, slot_mask, len(VOCAB.items))
     assert {VOCAB.items[i] for i in np.flatnonzero(mask)} == {"log", "stick", "diamond"}
     for item in np.flatnonzero(mask):
-        slot = slot_of(item, names, slot_mask, VOCAB)
+        slot = slot_of(item, slots, slot_mask, VOCAB)
         assert slot_mask[slot] and VOCAB.index(names[slot]) == item
-    assert slot_of(VOCAB.index("log"), names, slot_mask, VOCAB) == 2  # slot 0 holds log, masked
+    assert slot_of(VOCAB.index("log"), slots, slot_mask, VOCAB) == 2  # slot 0 holds log, masked
     with pytest.raises(ValueError, match="cobblestone"):
-        slot_of(VOCAB.index("cobblestone"), names, slot_mask, VOCAB)
+        slot_of(VOCAB.index("cobblestone"), slots, slot_mask, VOCAB)
 
 
 def test_to_native():
     names, _ = inventory(("log", 3), ("stick", 2))
+    slots = VOCAB.slot_items(names)
     masks = {k: np.array([True, True] + [False] * 34) for k in ("equip", "place", "destroy")}
-    native = to_native([FUNCTIONAL.index("jump_forward"), 2, 5], names, masks, VOCAB)
+    native = to_native([FUNCTIONAL.index("jump_forward"), 2, 5], slots, masks, VOCAB)
     assert native.tolist() == [1, 0, 1, NO_TURN, NO_TURN, 0, 0, 0]
-    assert to_native([CRAFT, 2, 5], names, masks, VOCAB).tolist()[5:] == [4, 2, 0]
-    assert to_native([EQUIP, 0, VOCAB.index("stick")], names, masks, VOCAB).tolist()[5:] == [
+    assert to_native([CRAFT, 2, 5], slots, masks, VOCAB).tolist()[5:] == [4, 2, 0]
+    assert to_native([EQUIP, 0, VOCAB.index("stick")], slots, masks, VOCAB).tolist()[5:] == [
         5,
         0,
         1,
     ]
-    assert to_native([PLACE, 1, VOCAB.index("log")], names, masks, VOCAB).tolist()[5:] == [6, 0, 0]
-    yaw_left = to_native([FUNCTIONAL.index("yaw_left"), 0, 0], names, masks, VOCAB)
+    assert to_native([PLACE, 1, VOCAB.index("log")], slots, masks, VOCAB).tolist()[5:] == [6, 0, 0]
+    yaw_left = to_native([FUNCTIONAL.index("yaw_left"), 0, 0], slots, masks, VOCAB)
     assert yaw_left[4] * 15 - 180 == -15
 
 
@@ -111,7 +117,7 @@ def test_observation_images_are_channels_last():
             "destroy": np.ones(36, bool),
         },
     }
-    obs = observation(native, VOCAB, (20, 20, 300))
+    obs = observation(native, VOCAB.slot_items(names), VOCAB, (20, 20, 300))
     assert obs["image"].shape == (8, 10, 3) and (obs["image"][2, 3] == rgb[:, 2, 3]).all()
     assert obs["mask_craft"].tolist() == [1, 0, 1]
     assert obs["mask_equip"].tolist() == [0, 0, 0, 0, 1, 0] and not obs["mask_place"].any()

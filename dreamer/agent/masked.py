@@ -92,7 +92,6 @@ class MaskedMultiHead(Distribution):
     has_rsample = False
 
     def __init__(self, logits: torch.Tensor, heads: tuple[Head, ...], unimix: float, **masks):
-        self.heads = heads
         self.sizes = [head.size for head in heads]
         parts = logits.float().split(self.sizes, -1)
         batch_shape = logits.shape[:-1]
@@ -148,7 +147,7 @@ class MaskedMultiHead(Distribution):
 
     @property
     def mode(self) -> torch.Tensor:
-        return self._draw(greedy=True)
+        return self.deterministic_sample
 
     def indices(self, action: torch.Tensor) -> list[torch.Tensor]:
         return [part.argmax(-1) for part in action.split(self.sizes, -1)]

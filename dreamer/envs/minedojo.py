@@ -19,6 +19,7 @@ episode ends as truncated and ``info["restart"]`` is 1 for that step.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import tempfile
 from dataclasses import dataclass
@@ -77,7 +78,6 @@ _NATIVE = {
     "yaw_right": ((YAW, NO_TURN + 1),),
     **{name: ((FUNCTION, NATIVE_FUNCTIONS.index(name)),) for name in NATIVE_FUNCTIONS[1:]},
 }
-MASK_KEYS = ("mask_action", "mask_craft", "mask_equip", "mask_place", "mask_destroy")
 
 
 class MineDojoLaunchError(RuntimeError):
@@ -97,32 +97,31 @@ class Vocabulary:
     items: tuple[str, ...]  # ALL_ITEMS
     craft_items: tuple[str, ...]  # ALL_CRAFT_SMELT_ITEMS
 
+    @functools.cached_property
+    def _lookup(self) -> dict[str, int]:
+        return {name: i for i, name in enumerate(self.items)}
+
     def index(self, name: str) -> int | None:
         return self._lookup.get(normalise(name))
 
-    @property
-    def _lookup(self) -> dict[str, int]:
-        cached = self.__dict__.get("_cache")
-        if cached is None:
-            cached = {name: i for i, name in enumerate(self.items)}
-            object.__setattr__(self, "_cache", cached)
-        return cached
+    def slot_items(self, names) -> np.ndarray:
+        """Each inventory slot's item index; -1 for an empty slot ("air") or unknown name."""
+        found = [self._lookup.get(normalise(name), -1) for name in names]
+        return np.where(np.asarray([normalise(n) == "air" for n in names]), -1, found)
 
 
-def inventory_counts(names, quantities, vocab: Vocabulary) -> np.ndarray:
-    """Item counts over the vocabulary; empty slots ("air") and unknown names are skipped."""
-    counts = np.zeros(len(vocab.items), np.float32)
-    for name, quantity in zip(names, np.asarray(quantities, np.float32).reshape(-1)):
-        index = vocab.index(name)
-        if normalise(name) != "air" and index is not None:
-            counts[index] += quantity
+def inventory_counts(slots: np.ndarray, quantities, size: int) -> np.ndarray:
+    """Item counts over the vocabulary from ``slot_items`` and the slots' quantities."""
+    counts = np.zeros(size, np.float32)
+    held = slots >= 0
+    np.add.at(counts, slots[held], np.asarray(quantities, np.float32).reshape(-1)[held])
     return counts
 
 
 def equipped_one_hot(main_hand: str, vocab: Vocabulary) -> np.ndarray:
     one_hot = np.zeros(len(vocab.items), np.float32)
-    index = vocab.index(main_hand)
-    if normalise(main_hand) != "air" and index is not None:
+    (index,) = vocab.slot_items([main_hand])
+    if index >= 0:
         one_hot[index] = 1.0
     return one_hot
 
@@ -137,13 +136,10 @@ def life_stats(stats: dict, max_life: float, max_food: float, max_breath: float)
     return np.asarray(values, np.float32)
 
 
-def item_mask(names, slot_mask, vocab: Vocabulary) -> np.ndarray:
+def item_mask(slots: np.ndarray, slot_mask, size: int) -> np.ndarray:
     """An item is valid when some slot holding it is valid in MineDojo's per-slot mask."""
-    mask = np.zeros(len(vocab.items), np.uint8)
-    for name, valid in zip(names, np.asarray(slot_mask).reshape(-1)):
-        index = vocab.index(name)
-        if valid and index is not None and normalise(name) != "air":
-            mask[index] = 1
+    mask = np.zeros(size, np.uint8)
+    mask[slots[(slots >= 0) & np.asarray(slot_mask, bool).reshape(-1)]] = 1
     return mask
 
 
@@ -157,32 +153,35 @@ def action_mask(action_type) -> np.ndarray:
     return mask
 
 
-def observation(native: dict, vocab: Vocabulary, limits: tuple[float, float, float]) -> dict:
-    """MineDojo's observation dict -> ours (without ``inventory_max``, which needs state)."""
-    names = np.asarray(native["inventory"]["name"]).reshape(-1)
-    masks = native["masks"]
+def observation(native: dict, slots: np.ndarray, vocab: Vocabulary, limits) -> dict:
+    """MineDojo's observation dict -> ours (without ``inventory_max``, which needs state);
+    ``slots`` = ``vocab.slot_items`` of its inventory names."""
+    masks, size = native["masks"], len(vocab.items)
     return {
         "image": np.ascontiguousarray(np.asarray(native["rgb"], np.uint8).transpose(1, 2, 0)),
-        "inventory": inventory_counts(names, native["inventory"]["quantity"], vocab),
+        "inventory": inventory_counts(slots, native["inventory"]["quantity"], size),
         "equipped": equipped_one_hot(np.asarray(native["equipment"]["name"]).reshape(-1)[0], vocab),
         "life_stats": life_stats(native["life_stats"], *limits),
         "mask_action": action_mask(masks["action_type"]),
         "mask_craft": np.asarray(masks["craft_smelt"], np.uint8).reshape(-1),
-        "mask_equip": item_mask(names, masks["equip"], vocab),
-        "mask_place": item_mask(names, masks["place"], vocab),
-        "mask_destroy": item_mask(names, masks["destroy"], vocab),
+        "mask_equip": item_mask(slots, masks["equip"], size),
+        "mask_place": item_mask(slots, masks["place"], size),
+        "mask_destroy": item_mask(slots, masks["destroy"], size),
     }
 
 
-def slot_of(item: int, names, slot_mask, vocab: Vocabulary) -> int:
+def slot_of(item: int, slots: np.ndarray, slot_mask, vocab: Vocabulary) -> int:
     """The first inventory slot that holds ``item`` and is valid in ``slot_mask``."""
-    for slot, (name, valid) in enumerate(zip(names, np.asarray(slot_mask).reshape(-1))):
-        if valid and vocab.index(name) == item:
-            return slot
-    raise ValueError(f"no valid inventory slot holds item {vocab.items[item]!r}")
+    found = np.flatnonzero((slots == item) & np.asarray(slot_mask, bool).reshape(-1))
+    if not found.size:
+        raise ValueError(f"no valid inventory slot holds item {vocab.items[item]!r}")
+    return int(found[0])
 
 
-def to_native(action, names, masks: dict, vocab: Vocabulary) -> np.ndarray:
+SLOT_MASKS = {EQUIP: "equip", PLACE: "place", DESTROY: "destroy"}
+
+
+def to_native(action, slots: np.ndarray, masks: dict, vocab: Vocabulary) -> np.ndarray:
     """Our (functional, craft item, item) action -> MineDojo's 8-dim native action."""
     function, craft_item, item = (int(a) for a in action)
     native = np.array([0, 0, 0, NO_TURN, NO_TURN, 0, 0, 0], np.int64)
@@ -190,10 +189,20 @@ def to_native(action, names, masks: dict, vocab: Vocabulary) -> np.ndarray:
         native[index] = value
     if function == CRAFT:
         native[CRAFT_ARG] = craft_item
-    slot_masks = {EQUIP: "equip", PLACE: "place", DESTROY: "destroy"}
-    if function in slot_masks:
-        native[SLOT_ARG] = slot_of(item, names, masks[slot_masks[function]], vocab)
+    if function in SLOT_MASKS:
+        native[SLOT_ARG] = slot_of(item, slots, masks[SLOT_MASKS[function]], vocab)
     return native
+
+
+def _hold(native: np.ndarray, index: int, value: int, length: int, left: int) -> int:
+    """Keep ``native[index] = value`` going while the agent leaves that part at 0;
+    returns the steps still to hold."""
+    if native[index] == value:
+        return length
+    if native[index] == 0 and left > 0:
+        native[index] = value
+        return left - 1
+    return 0
 
 
 @dataclass
@@ -209,20 +218,8 @@ class Sticky:
 
     def apply(self, native: np.ndarray) -> np.ndarray:
         native = native.copy()
-        if native[FUNCTION] == NATIVE_ATTACK:
-            self.attack_left = self.attack
-        elif native[FUNCTION] == 0 and self.attack_left > 0:
-            native[FUNCTION] = NATIVE_ATTACK
-            self.attack_left -= 1
-        else:
-            self.attack_left = 0
-        if native[JUMP_SNEAK_SPRINT] == NATIVE_JUMP:
-            self.jump_left = self.jump
-        elif native[JUMP_SNEAK_SPRINT] == 0 and self.jump_left > 0:
-            native[JUMP_SNEAK_SPRINT] = NATIVE_JUMP
-            self.jump_left -= 1
-        else:
-            self.jump_left = 0
+        self.attack_left = _hold(native, FUNCTION, NATIVE_ATTACK, self.attack, self.attack_left)
+        self.jump_left = _hold(native, JUMP_SNEAK_SPRINT, NATIVE_JUMP, self.jump, self.jump_left)
         return native
 
     def reset(self) -> None:
@@ -394,7 +391,8 @@ class MineDojoEnv(gymnasium.Env):
 
     def _convert(self, native: dict) -> dict:
         self._native_obs = native
-        return observation(native, self.vocab, self._limits)
+        self._slots = self.vocab.slot_items(np.asarray(native["inventory"]["name"]).reshape(-1))
+        return observation(native, self._slots, self.vocab, self._limits)
 
     # -- gymnasium API
 
@@ -411,12 +409,7 @@ class MineDojoEnv(gymnasium.Env):
 
     def step(self, action):
         native_obs = self._native_obs
-        native = to_native(
-            action,
-            np.asarray(native_obs["inventory"]["name"]).reshape(-1),
-            native_obs["masks"],
-            self.vocab,
-        )
+        native = to_native(action, self._slots, native_obs["masks"], self.vocab)
         native = self._sticky.apply(native)
         pitch = float(np.asarray(native_obs["location_stats"]["pitch"]).reshape(-1)[0])
         native = limit_pitch(native, pitch, self._pitch_limit)
