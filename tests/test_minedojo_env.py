@@ -20,6 +20,7 @@ from dreamer.envs.minedojo import (
     MineDojoEnv,
     MineDojoLaunchError,
 )
+from dreamer.envs.restarts import Restarting
 from tests.runs import read_metrics
 
 STANDINS = Path(__file__).resolve().parent / "standins"
@@ -40,7 +41,7 @@ def make(tmp_path, **kwargs) -> MineDojoEnv:
 
 
 def test_observations_match_the_declared_spaces(tmp_path):
-    env = make(tmp_path)
+    env = Restarting(lambda: make(tmp_path))  # as make_env wraps every adapter
     obs, info = env.reset()
     assert env.observation_space.contains(obs) and info == {"restart": 0}
     assert obs["mask_action"][FUNCTIONAL.index("drop")] == 0  # nothing in the main hand
@@ -106,14 +107,14 @@ def test_max_steps_truncates(tmp_path):
 
 
 def test_a_crashed_simulator_is_relaunched(tmp_path):
-    env = make(tmp_path)
+    env = Restarting(lambda: make(tmp_path))  # as make_env wraps every adapter
     env.reset()
-    first = env._sim
+    first = env.env._sim
     first.crash_after(2)
     results = [env.step((NOOP, 0, 0)) for _ in range(3)]
     assert [r[3] for r in results] == [False, False, True]  # the crash ends it as truncated
     assert [r[4]["restart"] for r in results] == [0, 0, 1] and env.restarts == 1
-    assert env._sim is not first and first.closed
+    assert env.env._sim is not first and first.closed
     obs, _ = env.reset()
     assert env.step((NOOP, 0, 0))[4]["restart"] == 0  # the new simulator works
     env.close()

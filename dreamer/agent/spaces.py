@@ -64,7 +64,7 @@ def spaces_from_env(env) -> EnvSpaces:
     """Describe a ``make_env`` env; a gymnasium adapter with masked multi-head actions
     says how its heads relate through an ``action_heads`` attribute."""
     adapter = getattr(env.base_env, "_env", None)
-    heads = getattr(adapter, "action_heads", None)
+    heads = getattr(getattr(adapter, "unwrapped", adapter), "action_heads", None)
     return spaces_from_specs(env.observation_spec, env.full_action_spec["action"], heads)
 
 

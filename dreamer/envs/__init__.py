@@ -35,7 +35,7 @@ from torchrl.envs.gym_like import default_info_dict_reader
 from dreamer.envs.restarts import Restarting
 
 ACHIEVEMENTS_KEY = "info_achievements"
-RESTART_KEY = "info_restart"  # 1 on a step where the adapter relaunched its simulator
+RESTART_KEY = "info_restart"  # 1 on a step where a failed env was recreated
 
 
 class _CrafterAchievements(default_info_dict_reader):
@@ -78,17 +78,16 @@ def _adapter(env: Mapping, seed: int) -> Callable[[], gymnasium.Env]:
         from dreamer.envs.cue import CueEnv
 
         return functools.partial(CueEnv, cues=env["cues"], length=env["length"], seed=seed)
+    if env["name"] == "minedojo":
+        from dreamer.envs.minedojo import from_config
+
+        return functools.partial(from_config, env, seed)
     return functools.partial(gymnasium.make, env["id"])
 
 
 def _base_env(env: Mapping, seed: int) -> tuple[EnvBase, int]:
     """The raw env and the step cap still to enforce (0: the env enforces its own)."""
-    if env["name"] == "minedojo":  # relaunches its simulator itself, under the launch lock
-        from dreamer.envs.minedojo import from_config
-
-        base = GymWrapper(from_config(env, seed))
-    else:
-        base = GymWrapper(Restarting(_adapter(env, seed)))
+    base = GymWrapper(Restarting(_adapter(env, seed)))
     base.set_info_dict_reader(_Restarts())
     if env["name"] == "crafter":
         from dreamer.envs.crafter import ACHIEVEMENTS

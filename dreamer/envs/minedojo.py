@@ -12,8 +12,9 @@ Converted to MineDojo's native MultiDiscrete([3, 3, 4, 25, 25, 8, 244, 36]), wit
 attack / jump and the camera pitch kept within ``pitch_limit`` degrees.
 
 Simulator launches (``make`` + first ``reset``) are serialised across processes by a
-file lock; a simulator that raises during ``step`` or ``reset`` is relaunched, the
-episode ends as truncated and ``info["restart"]`` is 1 for that step.
+file lock. A simulator that raises during ``step`` or ``reset`` is relaunched by the
+``Restarting`` wrapper every adapter gets (``dreamer.envs``): a new ``MineDojoEnv``
+launches under the lock, and the episode ends as truncated.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from gymnasium import spaces
 
 from dreamer.agent.masked import Head
 from dreamer.config import ConfigError
+from dreamer.envs.restarts import EnvFatalError
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +82,7 @@ _NATIVE = {
 }
 
 
-class MineDojoLaunchError(RuntimeError):
+class MineDojoLaunchError(EnvFatalError):
     pass
 
 
@@ -286,7 +288,6 @@ class MineDojoEnv(gymnasium.Env):
         milestone_reward: bool = False,
         launch_lock: str | None = None,
         launch_timeout: float = 600.0,
-        launch_attempts: int = 3,
     ) -> None:
         import minedojo
         from minedojo.sim.mc_meta import mc
@@ -309,10 +310,8 @@ class MineDojoEnv(gymnasium.Env):
         self._milestones = milestone_reward
         self._lock = FileLock(launch_lock or default_lock())
         self._launch_timeout = launch_timeout
-        self._launch_attempts = launch_attempts
         self._sim = None
         self._native_obs: dict | None = None
-        self.restarts = 0
 
         n = len(self.vocab.items)
         vector = lambda size: spaces.Box(0, np.inf, (size,), np.float32)  # noqa: E731
@@ -362,22 +361,6 @@ class MineDojoEnv(gymnasium.Env):
             with contextlib.suppress(Exception):
                 sim.close()
 
-    def _relaunch(self, error: BaseException) -> dict:
-        """A dead or failing simulator: close it and launch a fresh one."""
-        self.restarts += 1
-        for attempt in range(1, self._launch_attempts + 1):
-            log.warning("MineDojo simulator failed (%s); relaunching (%d)", error, attempt)
-            self._close_sim()
-            try:
-                return self._launch()
-            except MineDojoLaunchError:
-                raise
-            except Exception as next_error:  # noqa: BLE001 - any simulator failure
-                error = next_error
-        raise MineDojoLaunchError(
-            f"env: the MineDojo simulator failed {self._launch_attempts} launches in a row: {error}"
-        )
-
     # -- episode bookkeeping
 
     def _start_episode(self, native: dict) -> dict:
@@ -398,14 +381,8 @@ class MineDojoEnv(gymnasium.Env):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        if self._sim is None:
-            native = self._launch()
-        else:
-            try:
-                native = self._sim.reset()
-            except Exception as error:  # noqa: BLE001 - a dead simulator raises anything
-                native = self._relaunch(error)
-        return self._start_episode(native), {"restart": 0}
+        native = self._launch() if self._sim is None else self._sim.reset()
+        return self._start_episode(native), {}
 
     def step(self, action):
         native_obs = self._native_obs
@@ -413,11 +390,7 @@ class MineDojoEnv(gymnasium.Env):
         native = self._sticky.apply(native)
         pitch = float(np.asarray(native_obs["location_stats"]["pitch"]).reshape(-1)[0])
         native = limit_pitch(native, pitch, self._pitch_limit)
-        try:
-            result, reward, done, _ = self._sim.step(native)
-        except Exception as error:  # noqa: BLE001 - a dead simulator raises anything
-            obs = self._start_episode(self._relaunch(error))
-            return obs, 0.0, False, True, {"restart": 1}
+        result, reward, done, _ = self._sim.step(native)
         obs = self._convert(result)
         self._steps += 1
         np.maximum(self._inventory_max, obs["inventory"], out=self._inventory_max)
@@ -428,7 +401,7 @@ class MineDojoEnv(gymnasium.Env):
             reward += float(new.sum())
             self._seen |= new
         truncated = bool(self._max_steps) and self._steps >= self._max_steps and not done
-        return obs, reward, bool(done), truncated, {"restart": 0}
+        return obs, reward, bool(done), truncated, {}
 
     def close(self) -> None:
         self._close_sim()
