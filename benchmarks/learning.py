@@ -57,7 +57,7 @@ def read_curve(logdir: Path) -> list[tuple[int, float]]:
 def run_seed(name: str, check: Check, seed: int, steps: int, extra: list[str], reuse: bool) -> dict:
     logdir = RESULTS / name / f"seed{seed}"
     if reuse:
-        returns = evaluate(logdir, check.eval_episodes)
+        returns = evaluate(logdir, episodes=check.eval_episodes).returns
         saved = json.loads((logdir / "seconds.json").read_text())["seconds"]
         return _seed_result(seed, saved, returns, read_curve(logdir))
     if logdir.exists():
@@ -78,7 +78,9 @@ def run_seed(name: str, check: Check, seed: int, steps: int, extra: list[str], r
     subprocess.run(command, check=True, cwd=ROOT)
     seconds = time.perf_counter() - started
     (logdir / "seconds.json").write_text(json.dumps({"seconds": seconds}))
-    return _seed_result(seed, seconds, evaluate(logdir, check.eval_episodes), read_curve(logdir))
+    return _seed_result(
+        seed, seconds, evaluate(logdir, episodes=check.eval_episodes).returns, read_curve(logdir)
+    )
 
 
 def _seed_result(seed: int, seconds: float, returns: list[float], curve: list) -> dict:

@@ -13,6 +13,7 @@ import re
 import sys
 import time
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,17 @@ class LearnerConfig:
 
 
 @dataclass
+class EvalConfig:
+    every: int = _f(50_000, ">= 0")  # env steps between evaluations during training; 0 = none
+    envs: int = _f(1, ">= 1")  # eval envs, stepped together in one process of their own
+    episodes: int = _f(10, ">= 1")  # per evaluation
+    max_steps: int = _f(0, ">= 0")  # per-episode cap (truncation); 0 = the env's own
+    render_workers: int | None = _f(None, ">= 0")  # None = min(cores, 16); 0 = inline
+    checkpoint: str | None = _f(None)  # dreamer.evaluate: a checkpoint file; None = latest
+    timeout: float = _f(600.0, "> 0")  # seconds the end of a run waits for a pending eval
+
+
+@dataclass
 class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -120,6 +132,7 @@ class Config:
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     collector: CollectorConfig = field(default_factory=CollectorConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
 
 # --------------------------------------------------------------------------- errors
@@ -234,6 +247,46 @@ def _in_range(value: float, check: str) -> bool:
     return above and (value <= hi if check[-1] == "]" else value < hi)
 
 
+def _check_field(key: str, value: Any, metadata: Mapping) -> None:
+    choices, check = metadata["choices"], metadata["check"]
+    if choices and value not in choices:
+        raise ConfigError(f"{key}: unknown option {value!r}; allowed: {', '.join(choices)}")
+    if check and value is not None and not _in_range(value, check):
+        bound = check if check[0] == ">" else f"in {check}"
+        raise ConfigError(f"{key}: must be {bound}, got {value}")
+
+
+def check_value(override: str) -> tuple[str, Any]:
+    """One ``section.key=value`` parsed, typed and range-checked against the schema alone
+    (``dreamer.evaluate`` reads everything else from the run directory)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+    from omegaconf.errors import ValidationError
+
+    key, sep, raw = override.partition("=")
+    if "." not in key or not sep:
+        raise ConfigError(f"{override}: expected section.key=value")
+    _schema_type(key)
+    section, name = key.split(".", 1)
+    try:
+        (parsed,) = OverridesParser.create().parse_overrides([override])
+        node = OmegaConf.structured(typing.get_type_hints(Config)[section])
+        node[name] = parsed.value()
+    except OverrideParseException:
+        raise ConfigError(f"{key}: bad value {raw!r}") from None
+    except ValidationError:
+        kind = _schema_type(key)
+        kind = next((t for t in typing.get_args(kind) if t is not type(None)), kind)
+        raise ConfigError(
+            f"{key}: expected {_KINDS.get(kind, 'another type')}, got {raw!r}"
+        ) from None
+    field_ = next(
+        f for f in dataclasses.fields(typing.get_type_hints(Config)[section]) if f.name == name
+    )
+    _check_field(key, node[name], field_.metadata)
+    return key, node[name]
+
+
 def _check_gym_id(env_id: str) -> None:
     """A registered gymnasium id, or ``package.module:Id-v0`` whose module registers it."""
     import importlib
@@ -258,13 +311,7 @@ def _validate(cfg: DictConfig) -> None:
         raise ConfigError(f"{missing[0]}: missing value; set it with {missing[0]}=...")
     for section, cls in typing.get_type_hints(Config).items():
         for f in dataclasses.fields(cls):
-            key, value = f"{section}.{f.name}", cfg[section][f.name]
-            choices, check = f.metadata["choices"], f.metadata["check"]
-            if choices and value not in choices:
-                raise ConfigError(f"{key}: unknown option {value!r}; allowed: {', '.join(choices)}")
-            if check and not _in_range(value, check):
-                bound = check if check[0] == ">" else f"in {check}"
-                raise ConfigError(f"{key}: must be {bound}, got {value}")
+            _check_field(f"{section}.{f.name}", cfg[section][f.name], f.metadata)
     m, r, envs = cfg.model, cfg.replay, cfg.run.envs
     if m.deter % m.blocks or m.hidden % m.blocks:
         raise ConfigError(
@@ -325,7 +372,7 @@ def load(overrides: list[str]) -> DictConfig:
     try:
         with initialize_config_dir(version_base=None, config_dir=str(CONF_DIR)):
             composed = compose(config_name="config", overrides=overrides)
-        # Copy onto a fresh schema instance: exactly the six sections, nothing else can leak.
+        # Copy onto a fresh schema instance: exactly the schema's sections, nothing else can leak.
         sections = list(typing.get_type_hints(Config))
         cfg = OmegaConf.merge(
             OmegaConf.structured(Config), OmegaConf.masked_copy(composed, sections)
@@ -353,6 +400,7 @@ RESUMABLE_KEYS = (
     "collector.threads",
     "learner.threads",
     "learner.device",
+    *(f"eval.{f.name}" for f in dataclasses.fields(EvalConfig)),
 )
 
 

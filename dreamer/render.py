@@ -11,9 +11,11 @@ and the run goes on.
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing
 import os
+import signal
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 
@@ -36,9 +38,9 @@ def _pyplot():
     return plt
 
 
-def _save(figure, path: Path) -> None:
+def _save(figure, path: Path, **metadata: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, metadata=PNG_METADATA)
+    figure.savefig(path, metadata=PNG_METADATA | metadata)
 
 
 def open_loop(path: Path, truth: np.ndarray, model: np.ndarray, context: int) -> None:
@@ -64,7 +66,8 @@ def open_loop(path: Path, truth: np.ndarray, model: np.ndarray, context: int) ->
 
 
 def curve(path: Path, series: dict[str, tuple[list[float], list[float]]], title: str) -> None:
-    """Lines of (x, y) per name, e.g. train and eval return vs env steps."""
+    """Lines of (x, y) per name, e.g. train and eval return vs env steps; the PNG's
+    ``Description`` text holds each line's point count as JSON."""
     plt = _pyplot()
     figure, axis = plt.subplots(figsize=(6, 4))
     for name, (x, y) in series.items():
@@ -74,7 +77,7 @@ def curve(path: Path, series: dict[str, tuple[list[float], list[float]]], title:
     axis.set_title(title)
     axis.legend()
     figure.tight_layout()
-    _save(figure, path)
+    _save(figure, path, Description=json.dumps({name: len(x) for name, (x, _) in series.items()}))
     plt.close(figure)
 
 
@@ -123,6 +126,16 @@ def draw(kind: str, path: Path, arguments: dict) -> None:
     RENDERERS[kind](Path(path), **arguments)
 
 
+def _start_worker() -> None:
+    """Pool workers leave Ctrl-C to the run, which drains and closes the pool."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _pyplot()
+
+
+def _ready() -> int:
+    return os.getpid()
+
+
 def pool_size(configured: int) -> int:
     """``DREAMER_RENDER_WORKERS`` if set, else the configured size."""
     value = os.environ.get(WORKERS_ENV)
@@ -147,7 +160,13 @@ class RenderPool:
         self._pool = None
         if workers:
             context = multiprocessing.get_context("spawn")
-            self._pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_pyplot)
+            self._pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker)
+
+    def start(self) -> None:
+        """Start every worker now (during setup) rather than at the first figure."""
+        if self._pool is not None:
+            for future in [self._pool.submit(_ready) for _ in range(self.workers)]:
+                future.result()
 
     def submit(self, kind: str, path: Path, **arguments) -> None:
         if self._pool is None:

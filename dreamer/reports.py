@@ -1,6 +1,10 @@
-"""What the reports show, computed from a model and plain data (drawing is render.py's)."""
+"""What the reports show, computed from a model and plain data, and queued on the render
+pool (drawing is render.py's)."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -23,6 +27,7 @@ def open_loop(
     from the real actions. Returns (truth, model) uint8 frames of shape [B, T, H, W, 3];
     the model's first ``context`` frames are reconstructions, the rest imagined."""
     world = agent.world_model
+    batch = batch.to(next(world.parameters()).device)
     rollout, decoder = world.module[1], world.module[2]
     observed = world(batch[:, :context].clone())
     frames = [observed.get(("next", reco_key(image)))]
@@ -38,7 +43,7 @@ def open_loop(
         decoded = decoder(TensorDict({"next": {"state": state, "belief": belief}}, [count]))
         frames.append(decoded.get(("next", reco_key(image))).unsqueeze(1))
     model = torch.cat(frames, 1)
-    return batch.get(("next", image)).numpy(), _to_uint8(model)
+    return batch.get(("next", image)).cpu().numpy(), _to_uint8(model.cpu())
 
 
 def crafter_score(success_rates: list[float]) -> float:
@@ -46,3 +51,58 @@ def crafter_score(success_rates: list[float]) -> float:
     per-achievement success rates s_i in percent."""
     rates = np.asarray(success_rates, np.float64)
     return float(np.exp(np.log1p(rates).mean()) - 1)
+
+
+def replay_open_loop(
+    agent: Agent, replay, image: str | None, length: int
+) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """The open-loop report's frames for one replayed window: (truth, model, context)."""
+    if image is None or not replay.can_sample():
+        return None
+    context = max(1, length // 4)
+    truth, model = open_loop(agent, replay.sample()[:1], context, image)
+    return truth[0], model[0], context
+
+
+def learning_curves(metrics: Path) -> dict[str, tuple[list[float], list[float]]]:
+    """Train episode returns and eval returns vs env steps, read from ``metrics.jsonl``."""
+    series: dict[str, tuple[list[float], list[float]]] = {}
+    rows = (
+        [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
+    )
+    for name, key in (("train", "episode/return"), ("eval", "eval/return")):
+        points = [(row["env_steps"], row[key]) for row in rows if row.get(key) is not None]
+        if points:
+            series[name] = tuple(map(list, zip(*points)))
+    return series
+
+
+def submit_reports(
+    pool,
+    folder: Path,
+    result,
+    curves: dict,
+    title: str,
+    open_loop_frames: tuple[np.ndarray, np.ndarray, int] | None = None,
+) -> None:
+    """Queue one evaluation's reports on the render pool: the first episode's video, the
+    open-loop predictions (truth, model, context), the learning curves and, for Crafter,
+    the achievement success rates."""
+    if result.frames is not None:
+        pool.submit("video", folder / "episode", frames=result.frames)
+    if open_loop_frames is not None:
+        truth, model, context = open_loop_frames
+        pool.submit(
+            "open_loop", folder / "open_loop.png", truth=truth, model=model, context=context
+        )
+    if curves:
+        pool.submit("curve", folder / "returns.png", series=curves, title=title)
+    if result.achievements:
+        score = crafter_score(list(result.achievements.values()))
+        pool.submit(
+            "bars",
+            folder / "achievements.png",
+            names=list(result.achievements),
+            values=list(result.achievements.values()),
+            title=f"Crafter score {score:.1f}%",
+        )

@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-PHASES = ("collect_wait", "sample", "update", "sync", "log")
+PHASES = ("collect_wait", "sample", "update", "sync", "log", "eval")
 
 
 class LoopTimers:

@@ -21,10 +21,13 @@ from dreamer.collect import Collection, CollectorError, make_collector
 from dreamer.config import ConfigError, check_resume, from_argv
 from dreamer.envs import env_config, make_env
 from dreamer.episodes import EpisodeStats
+from dreamer.evaluation import EvalResult, EvalRunner
 from dreamer.heap import frozen_heap
 from dreamer.learner import Learner, NonFiniteError, resolve_device
 from dreamer.logs import MetricsWriter, Progress, setup_logging
+from dreamer.render import RenderPool, default_workers, pool_size
 from dreamer.replay import SequenceReplay, replay_keys
+from dreamer.reports import learning_curves, replay_open_loop, submit_reports
 from dreamer.timing import LoopTimers
 
 log = logging.getLogger("dreamer")
@@ -185,6 +188,22 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
         return 0
     collection.start()
     metrics_writer = MetricsWriter(logdir)
+    evaluation, pool = None, None
+    if 0 < cfg.eval.every <= cfg.run.steps:  # an evaluation falls within this run
+        evaluation = EvalRunner(
+            eval_cfg=cfg.eval,
+            env=env,
+            model=model,
+            learner=learner_cfg,
+            spaces=spaces,
+            latent=latent,
+            seed=cfg.run.seed,
+            achievement_names=achievements,
+        )
+        workers = cfg.eval.render_workers
+        pool = RenderPool(pool_size(default_workers() if workers is None else workers))
+        pool.start()
+        eval_due = Every(cfg.eval.every, start - start % cfg.eval.every)
     progress = Progress(cfg.run.steps, initial=start, enabled=cfg.run.progress)
     log_due = Every(cfg.run.log_every, start - start % cfg.run.log_every)
     save_due = Every(cfg.run.save_every, time.monotonic())
@@ -210,6 +229,25 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
         metrics_writer.write(stats.env_steps, row)
         interval.update(time=now, steps=stats.env_steps, updates=learner.updates)
 
+    def report(result: EvalResult) -> None:
+        """Log an evaluation's metrics and queue its reports on the render pool."""
+        metrics = result.metrics()
+        metrics_writer.write(result.step, {"env_steps": result.step, **metrics})
+        log.info(
+            "eval at env step %d: return %.2f over %d episodes",
+            result.step,
+            metrics["eval/return"],
+            metrics["eval/episodes"],
+        )
+        submit_reports(
+            pool,
+            logdir / "eval" / f"{result.step:012d}",
+            result,
+            learning_curves(logdir / "metrics.jsonl"),
+            cfg.env.name,
+            replay_open_loop(agent, replay, evaluation.image, cfg.replay.length),
+        )
+
     def save() -> bool:
         state = registry.state_dict() | {"config": OmegaConf.to_container(cfg)}
         try:
@@ -222,6 +260,7 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
 
     log.info("training %s on %s, logging to %s", cfg.model.name, cfg.env.name, logdir)
     timers = LoopTimers()
+    finished = False  # reached run.steps: a pending evaluation is waited for
     try:
         with StopSignals() as stop, frozen_heap() as gc_stats:
             for _ in timers.waiting(collection):
@@ -248,12 +287,24 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
                         write_metrics()
                     if save_due(time.monotonic()):
                         save()
+                if evaluation is not None:
+                    with timers.phase("eval"):
+                        if eval_due(steps):
+                            evaluation.trigger(steps, agent.policy)
+                        if (result := evaluation.poll()) is not None:
+                            report(result)
                 if steps >= cfg.run.steps or stop.received:
                     break
+            finished = not stop.received
     finally:
         collection.shutdown()
         progress.close()
         saved = save()
+        if evaluation is not None:
+            if finished and (result := evaluation.finish()) is not None:
+                report(result)
+            evaluation.shutdown()
+            pool.close()
         metrics_writer.close()
         log.info(timers.summary())
     if not saved:

@@ -23,5 +23,9 @@ def run_trainer(
     )
 
 
-def read_metrics(logdir: Path) -> list[dict]:
-    return [json.loads(line) for line in (logdir / "metrics.jsonl").read_text().splitlines()]
+def read_metrics(logdir: Path, which: str = "train") -> list[dict]:
+    """metrics.jsonl's training rows, its evaluation rows (``which="eval"``) or all."""
+    rows = [json.loads(line) for line in (logdir / "metrics.jsonl").read_text().splitlines()]
+    if which == "all":
+        return rows
+    return [row for row in rows if ("eval/return" in row) == (which == "eval")]

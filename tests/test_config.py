@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from dreamer.config import ConfigError, load, resolved_logdir
 
-SECTIONS = {"env", "model", "run", "replay", "collector", "learner"}
+SECTIONS = {"env", "model", "run", "replay", "collector", "learner", "eval"}
 CLI = "import sys; from dreamer.config import from_argv; from_argv(sys.argv[1:])"
 
 # deter, hidden, classes, cnn_depth, units (DreamerV3 author's configs.yaml)
@@ -161,6 +161,12 @@ BAD = [
     (["env.sticky_attack=-1"], "env.sticky_attack"),
     (["env.fast_reset=sometimes"], "env.fast_reset"),
     (["env=minedojo"], "env"),  # the minedojo package is not installed here
+    (["eval.every=-1"], "eval.every"),
+    (["eval.episodes=0"], "eval.episodes"),
+    (["eval.envs=0"], "eval.envs"),
+    (["eval.render_workers=-2"], "eval.render_workers"),
+    (["eval.render_workers=many"], "eval.render_workers"),
+    (["eval.timeout=0"], "eval.timeout"),
 ]
 
 
@@ -209,3 +215,21 @@ def test_help():
     assert proc.returncode == 0
     assert "cartpole | crafter | cue | gym" in proc.stdout and "size12m" in proc.stdout
     assert "smoke" in proc.stdout and "train_ratio" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("argument", "message"),
+    [
+        ("eval.episodes=0", "eval.episodes: must be >= 1, got 0"),
+        ("eval.episodes=two", "eval.episodes: expected an integer, got 'two'"),
+        ("eval.nope=1", "eval.nope: unknown key; allowed keys under eval: checkpoint,"),
+        ("run.steps=5", "run.steps: not an evaluation key; allowed: run.logdir, eval.episodes"),
+        ("eval.episodes=2", "run.logdir: required"),
+    ],
+)
+def test_evaluate_rejects_bad_arguments_with_one_line(argument, message, capsys):
+    from dreamer.evaluate import main as evaluate_main
+
+    assert evaluate_main([argument]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: {message}") and error.count("\n") == 1

@@ -1,8 +1,10 @@
 """End to end: the real trainer, real env worker processes, real files."""
 
 import gc
+import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -11,10 +13,10 @@ import time
 
 import pytest
 import yaml
+from PIL import Image
 
 from dreamer import checkpoint
 from dreamer.envs.crafter import ACHIEVEMENTS
-from dreamer.evaluate import evaluate
 from dreamer.train import main
 from tests.runs import read_metrics, run_trainer
 
@@ -117,19 +119,66 @@ def test_heap_is_unfrozen_after_an_interrupt(tmp_path):
     assert checkpoint.latest(logdir) is not None, "no checkpoint after Ctrl-C"
 
 
-def test_evaluate_plays_greedy_episodes_from_the_latest_checkpoint(smoke_run):
-    logdir, _ = smoke_run
-    returns = evaluate(logdir, episodes=2, max_steps=50, reports=True)
-    assert len(returns) == 2 and all(math.isfinite(value) for value in returns)
-    step = read_metrics(logdir)[-1]["env_steps"]
+def test_smoke_evaluates_periodically_and_writes_every_report(smoke_run):
+    logdir, result = smoke_run
+    saved = yaml.safe_load((logdir / "config.yaml").read_text())
+    every, steps = saved["eval"]["every"], saved["run"]["steps"]
+    evals = read_metrics(logdir, "eval")
+    # each eval runs at the first batch at or past a multiple of eval.every
+    batch_frames = saved["collector"]["chunk"] * saved["run"]["envs"]
+    assert len(evals) == steps // every
+    for index, row in enumerate(evals, 1):
+        assert index * every <= row["env_steps"] < index * every + batch_frames
+        assert row["eval/episodes"] == saved["eval"]["episodes"]
+        assert 0 < row["eval/length"] <= saved["eval"]["max_steps"]
+        assert all(0 <= row[f"eval/achievements/{name}"] <= 100 for name in ACHIEVEMENTS)
+        assert row["eval/crafter_score"] >= 0 and math.isfinite(row["eval/return"])
+    everything = read_metrics(logdir, "all")
+    for position, row in enumerate(everything):
+        if "eval/return" not in row:
+            continue
+        folder = logdir / "eval" / f"{row['env_steps']:012d}"
+        written = {path.name for path in folder.iterdir()}
+        assert written == {"episode.mp4", "open_loop.png", "returns.png", "achievements.png"}
+        # the curve drawn at this eval has every train and eval point logged up to it
+        before = everything[: position + 1]
+        expected = {
+            "train": sum("episode/return" in r for r in before),
+            "eval": sum("eval/return" in r for r in before),
+        }
+        points = json.loads(Image.open(folder / "returns.png").text["Description"])
+        assert points == expected
+    assert result.stderr.count("eval at env step") == len(evals)
+
+
+def test_evaluate_writes_reports_for_the_latest_checkpoint(smoke_run, tmp_path):
+    logdir = tmp_path / "run"
+    shutil.copytree(smoke_run[0], logdir, ignore=shutil.ignore_patterns("eval"))
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dreamer.evaluate",
+            f"run.logdir={logdir}",
+            "eval.episodes=3",
+            "eval.max_steps=40",
+            "eval.render_workers=0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    step = checkpoint.load(checkpoint.latest(logdir))["episodes"]["env_steps"]
     written = {path.name for path in (logdir / "eval" / f"{step:012d}").iterdir()}
-    assert {"open_loop.png", "returns.png", "achievements.png"} <= written
-    assert written & {"episode.mp4", "episode.gif"}
+    assert written == {"episode.mp4", "open_loop.png", "returns.png", "achievements.png"}
+    returns = result.stdout.splitlines()[-1].split()
+    assert f"at env step {step}: mean" in result.stdout and len(returns) == 3
 
 
 def test_evaluate_without_a_checkpoint_exits_2(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "dreamer.evaluate", str(tmp_path)],
+        [sys.executable, "-m", "dreamer.evaluate", f"run.logdir={tmp_path}"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -141,7 +190,7 @@ def test_evaluate_without_a_checkpoint_exits_2(tmp_path):
 def test_metrics_say_where_the_loop_time_goes(smoke_run):
     logdir, result = smoke_run
     rows = read_metrics(logdir)
-    phases = ("collect_wait", "sample", "update", "sync", "log")
+    phases = ("collect_wait", "sample", "update", "sync", "log", "eval")
     for previous, row in zip(rows, rows[1:]):
         times = [row[f"time/{phase}_s"] for phase in phases]
         assert all(t >= 0 for t in times)

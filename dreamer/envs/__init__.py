@@ -103,15 +103,19 @@ def env_config(env: dict, logdir: Path) -> dict:
     return env
 
 
-def make_env(env: Mapping, seed: int, latent: tuple[int, int] | None = None) -> EnvBase:
+def make_env(
+    env: Mapping, seed: int, latent: tuple[int, int] | None = None, step_cap: int = 0
+) -> EnvBase:
     """Build one env from the ``env`` config node (a plain mapping so it pickles).
 
-    ``latent`` = (state size, belief size) adds the acting-policy entries.
+    ``latent`` = (state size, belief size) adds the acting-policy entries; ``step_cap``
+    ends episodes (as truncated) after that many steps, if sooner than the env's own cap.
     """
-    base, step_cap = _base_env(env, seed)
+    base, own_cap = _base_env(env, seed)
+    caps = [cap for cap in (own_cap, step_cap) if cap]
     transforms = [
         InitTracker(),
-        StepCounter(max_steps=step_cap or None),
+        StepCounter(max_steps=min(caps) if caps else None),
         RewardSum(),
     ]
     if any(spec.dtype == torch.float64 for spec in base.observation_spec.values(True, True)):
