@@ -16,6 +16,8 @@ import logging
 import multiprocessing
 import os
 import signal
+import threading
+import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 
@@ -126,10 +128,18 @@ def draw(kind: str, path: Path, arguments: dict) -> None:
     RENDERERS[kind](Path(path), **arguments)
 
 
-def _start_worker() -> None:
-    """Pool workers leave Ctrl-C to the run, which drains and closes the pool."""
+def _start_worker(parent: int) -> None:
+    """Pool workers leave Ctrl-C to the run, which drains and closes the pool, and
+    exit by themselves if the run is killed outright (SIGKILL, out of memory)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
     _pyplot()
+
+
+def _exit_with(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(0)
 
 
 def _ready() -> int:
@@ -160,7 +170,9 @@ class RenderPool:
         self._pool = None
         if workers:
             context = multiprocessing.get_context("spawn")
-            self._pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker)
+            self._pool = ProcessPoolExecutor(
+                workers, mp_context=context, initializer=_start_worker, initargs=(os.getpid(),)
+            )
 
     def start(self) -> None:
         """Start every worker now (during setup) rather than at the first figure."""

@@ -29,3 +29,26 @@ def read_metrics(logdir: Path, which: str = "train") -> list[dict]:
     if which == "all":
         return rows
     return [row for row in rows if ("eval/return" in row) == (which == "eval")]
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (Linux /proc)."""
+    found, queue = set(), [pid]
+    while queue:
+        for task in Path(f"/proc/{queue.pop()}/task").glob("*"):
+            try:
+                children = {int(child) for child in (task / "children").read_text().split()}
+            except OSError:  # it exited meanwhile
+                continue
+            queue += children - found
+            found |= children
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting to be reaped counts as gone)."""
+    try:
+        status = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return status.rsplit(")", 1)[1].split()[0] != "Z"

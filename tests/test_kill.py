@@ -10,7 +10,7 @@ import sys
 import time
 
 from dreamer import checkpoint
-from tests.runs import read_metrics
+from tests.runs import alive, descendants, read_metrics
 from tests.test_resume import FAST
 
 STEPS = 1500
@@ -54,7 +54,10 @@ def test_kill_9_at_random_moments_loses_nothing(tmp_path):
         with open(tmp_path / f"run{moment}.log", "w") as log:
             process = start(logdir, log)
             deadline = time.monotonic() + 300
-            while not rows_after(logdir, checkpoints[-1]):  # it resumed and made progress
+            # it resumed (rows a killed run left past its checkpoint are gone by the time
+            # it says "training") and made progress
+            log_path = tmp_path / f"run{moment}.log"
+            while "training" not in log_path.read_text() or not rows_after(logdir, checkpoints[-1]):
                 assert process.poll() is None, (tmp_path / f"run{moment}.log").read_text()[-3000:]
                 assert time.monotonic() < deadline
                 time.sleep(0.2)
@@ -66,14 +69,23 @@ def test_kill_9_at_random_moments_loses_nothing(tmp_path):
                         time.sleep(0.0005)
                     os.kill(process.pid, signal.SIGSTOP)
                     if list(folder.glob(".*.tmp")):  # still writing: kill it right there
+                        children = descendants(process.pid)
                         os.kill(process.pid, signal.SIGKILL)
                         break
                     os.kill(process.pid, signal.SIGCONT)  # the write ended meanwhile
                 partial = list(folder.glob(".*.tmp"))
             else:
                 time.sleep(rng.uniform(0, 5))
+                children = descendants(process.pid)
                 os.kill(process.pid, signal.SIGKILL)
             assert process.wait(30) == -signal.SIGKILL
+            # env workers, the inference server, the eval process and the render pool
+            # all exit with it
+            assert children
+            gone_by = time.monotonic() + 30
+            while any(map(alive, children)) and time.monotonic() < gone_by:
+                time.sleep(0.2)
+            assert not any(map(alive, children)), [p for p in children if alive(p)]
         if moment == 2:
             assert partial and all(path.exists() for path in partial)
         found = checkpoint.latest(logdir)  # none yet if killed within the first second
