@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from types import SimpleNamespace
 
 import torch
 from torchrl.collectors import AsyncBatchedCollector
-from torchrl.modules.inference_server import InferenceServerConfig, ProcessSlotTransport
+from torchrl.modules.inference_server import (
+    InferenceDeviceConfig,
+    InferenceServerConfig,
+    ProcessSlotTransport,
+)
 
 from dreamer.agent.build import build_agent
 from dreamer.agent.spaces import EnvSpaces
@@ -23,7 +28,9 @@ class CollectorError(RuntimeError):
     pass
 
 
-def build_policy(model: dict, learner: dict, spaces: EnvSpaces, seed: int, threads: int):
+def build_policy(
+    model: dict, learner: dict, spaces: EnvSpaces, seed: int, threads: int, device: str = "cpu"
+):
     """The acting policy, built identically in the driver and the inference process.
 
     torch's thread count is not set by the inference process itself; on few cores
@@ -32,11 +39,17 @@ def build_policy(model: dict, learner: dict, spaces: EnvSpaces, seed: int, threa
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     agent = build_agent(SimpleNamespace(**model), SimpleNamespace(**learner), spaces)
-    return agent.policy
+    return agent.policy.to(device)
 
 
 def env_seeds(seed: int, rank: int, count: int) -> list[int]:
     return [seed * 10_000 + rank * 1_000 + index for index in range(count)]
+
+
+def spread_affinity(worker: int) -> list[int]:
+    """``collector.worker_affinity=spread``: worker i runs on the i-th allowed core."""
+    cores = sorted(os.sched_getaffinity(0))
+    return [cores[worker % len(cores)]]
 
 
 def make_collector(
@@ -47,46 +60,74 @@ def make_collector(
     spaces: EnvSpaces,
     latent: tuple[int, int],
     envs: int,
-    chunk: int,
+    collector: dict,
     seed: int,
-    threads: int,
     replay,
     total: int = -1,
     rank: int = 0,
 ) -> AsyncBatchedCollector:
+    """``collector``: the config's collector node. One env per worker process (the
+    default) reaches a dedicated inference process through shared-memory slots and
+    sends ``collector.chunk`` transitions per message; ``envs_per_worker > 1`` groups
+    envs in fewer processes, which torchrl then serves from a thread of this process."""
     env_fns = [
         functools.partial(make_env, env, env_seed, latent)
         for env_seed in env_seeds(seed, rank, envs)
     ]
+    inference = collector["inference"]
+    grouped = collector["envs_per_worker"] > 1
+    max_batch = inference["max_batch"] or envs
+    static = max_batch if inference["static_batch"] else None
+    policy_device = "cuda" if static else "cpu"  # CUDA-graph capture needs the policy there
     driver_threads = torch.get_num_threads()  # the probe policy pass changes it
-    collector = AsyncBatchedCollector(
+    result = AsyncBatchedCollector(
         env_fns,
-        policy_factory=functools.partial(build_policy, model, learner, spaces, seed, threads),
-        frames_per_batch=chunk * envs,
+        policy_factory=functools.partial(
+            build_policy, model, learner, spaces, seed, collector["threads"], policy_device
+        ),
+        frames_per_batch=collector["chunk"] * envs,
         total_frames=total,
         env_backend="multiprocessing",
         transport="auto",
-        transition_chunk_size=chunk,
-        server_config=InferenceServerConfig(max_batch_size=envs, min_batch_size=1, timeout=0.001),
+        envs_per_worker=collector["envs_per_worker"],
+        transition_chunk_size="auto" if grouped else collector["chunk"],
+        server_config=InferenceServerConfig(
+            max_batch_size=max_batch,
+            min_batch_size=inference["min_batch"],
+            timeout=inference["timeout"],
+            static_batch_size=static,
+        ),
+        device_config=InferenceDeviceConfig(
+            policy_device=policy_device, output_device="cpu", storing_device="cpu"
+        )
+        if static
+        else None,
+        worker_affinity=spread_affinity if collector["worker_affinity"] == "spread" else None,
         replay_buffer=replay,
     )
     torch.set_num_threads(driver_threads)
-    transport = collector._transport  # torchrl exposes no public accessor
-    if not isinstance(transport, ProcessSlotTransport):
-        collector.shutdown()
+    transport = result._transport  # torchrl exposes no public accessor
+    if not grouped and not isinstance(transport, ProcessSlotTransport):
+        result.shutdown()
         raise CollectorError(
             "torchrl fell back to a thread inference server (see its log line above); "
             "the policy inputs must match the env's keys"
         )
     log.info(
-        "collector: %d process workers, transport=%s, server=%s, chunk=%d, max batch=%d",
+        "collector: %d envs in %d process workers, transport=%s, server=%s, chunk=%s, "
+        "inference batch %d..%d (timeout %.3g s%s), worker affinity %s",
         envs,
+        envs // collector["envs_per_worker"],
         type(transport).__name__,
-        collector._server_backend,
-        chunk,
-        envs,
+        result._server_backend,
+        "auto (grouped workers)" if grouped else collector["chunk"],
+        inference["min_batch"],
+        max_batch,
+        inference["timeout"],
+        f", static CUDA graph at {static}" if static else "",
+        collector["worker_affinity"],
     )
-    return collector
+    return result
 
 
 class Collection:

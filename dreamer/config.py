@@ -9,6 +9,7 @@ Every user error becomes a ``ConfigError`` whose message is one line naming the 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import sys
 import time
@@ -79,6 +80,7 @@ class RunConfig:
     save_every: float = _f(900.0, "> 0")  # seconds between checkpoints
     keep: int = _f(3, ">= 1")  # checkpoints kept
     progress: bool = _f(True)  # tqdm bar
+    gc_freeze: bool = _f(True)  # gc.freeze() the setup heap for the loop (off: to measure it)
 
 
 @dataclass
@@ -90,10 +92,21 @@ class ReplayConfig:
 
 
 @dataclass
+class InferenceConfig:
+    max_batch: int = _f(0, ">= 0")  # requests per policy forward; 0 = every env (run.envs)
+    min_batch: int = _f(1, ">= 1")  # requests to wait for once the first has arrived
+    timeout: float = _f(0.001, ">= 0")  # s to wait for min_batch before a partial batch
+    static_batch: bool = _f(False)  # CUDA-graph the served policy at max_batch (CUDA only)
+
+
+@dataclass
 class CollectorConfig:
     chunk: int = _f(64, ">= 1")  # transitions per message from each worker
     sync_every: int = _f(10, ">= 1")  # learner updates between weight pushes
     threads: int = _f(1, ">= 1")  # torch threads in the inference server
+    envs_per_worker: int = _f(1, ">= 1")  # > 1: grouped workers, policy served from a driver thread
+    worker_affinity: str = _f("none", choices=("none", "spread"))  # spread: worker i on core i
+    inference: InferenceConfig = field(default_factory=InferenceConfig)
 
 
 @dataclass
@@ -247,6 +260,15 @@ def _in_range(value: float, check: str) -> bool:
     return above and (value <= hi if check[-1] == "]" else value < hi)
 
 
+def _check_section(prefix: str, cls: type, node: DictConfig) -> None:
+    for f in dataclasses.fields(cls):
+        kind = typing.get_type_hints(cls)[f.name]
+        if dataclasses.is_dataclass(kind):
+            _check_section(f"{prefix}.{f.name}", kind, node[f.name])
+        else:
+            _check_field(f"{prefix}.{f.name}", node[f.name], f.metadata)
+
+
 def _check_field(key: str, value: Any, metadata: Mapping) -> None:
     choices, check = metadata["choices"], metadata["check"]
     if choices and value not in choices:
@@ -287,6 +309,38 @@ def check_value(override: str) -> tuple[str, Any]:
     return key, node[name]
 
 
+def _check_collector(collector: DictConfig, envs: int) -> None:
+    inference = collector.inference
+    max_batch = inference.max_batch or envs
+    if inference.min_batch > max_batch:
+        raise ConfigError(
+            f"collector.inference.min_batch: must be <= the max batch ({max_batch}), "
+            f"got {inference.min_batch}"
+        )
+    if envs % collector.envs_per_worker:
+        raise ConfigError(
+            f"collector.envs_per_worker: must divide run.envs ({envs}), "
+            f"got {collector.envs_per_worker}"
+        )
+    if inference.static_batch:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                "collector.inference.static_batch: CUDA-graph inference needs a CUDA device "
+                "and none is available; allowed here: false"
+            )
+        if collector.envs_per_worker > 1:
+            raise ConfigError(
+                "collector.inference.static_batch: needs the process inference server, "
+                "which collector.envs_per_worker > 1 rules out; allowed: false"
+            )
+    if collector.worker_affinity == "spread" and not hasattr(os, "sched_setaffinity"):
+        raise ConfigError(
+            "collector.worker_affinity: spread needs Linux CPU affinity; allowed here: none"
+        )
+
+
 def _check_gym_id(env_id: str) -> None:
     """A registered gymnasium id, or ``package.module:Id-v0`` whose module registers it."""
     import importlib
@@ -310,8 +364,7 @@ def _validate(cfg: DictConfig) -> None:
     if missing:
         raise ConfigError(f"{missing[0]}: missing value; set it with {missing[0]}=...")
     for section, cls in typing.get_type_hints(Config).items():
-        for f in dataclasses.fields(cls):
-            _check_field(f"{section}.{f.name}", cfg[section][f.name], f.metadata)
+        _check_section(section, cls, cfg[section])
     m, r, envs = cfg.model, cfg.replay, cfg.run.envs
     if m.deter % m.blocks or m.hidden % m.blocks:
         raise ConfigError(
@@ -323,6 +376,7 @@ def _validate(cfg: DictConfig) -> None:
             f"replay.size: must be >= replay.length * run.envs ({r.length} * {envs}"
             f" = {r.length * envs}), got {r.size}"
         )
+    _check_collector(cfg.collector, envs)
     if cfg.env.name in ("cartpole", "gym"):
         _check_gym_id(cfg.env.id)
     if cfg.env.name == "minedojo":
@@ -396,6 +450,7 @@ RESUMABLE_KEYS = (
     "run.save_every",
     "run.keep",
     "run.progress",
+    "run.gc_freeze",
     "collector.sync_every",
     "collector.threads",
     "learner.threads",
@@ -427,13 +482,23 @@ def check_resume(saved: dict, cfg: DictConfig) -> None:
         )
 
 
+def _sections(cls: type, prefix: str = "") -> list[tuple[str, type]]:
+    """(dotted name, dataclass) of every section, nested ones after their parent."""
+    found = []
+    for name, kind in typing.get_type_hints(cls).items():
+        if dataclasses.is_dataclass(kind):
+            found += [(prefix + name, kind), *_sections(kind, f"{prefix}{name}.")]
+    return found
+
+
 def usage() -> str:
     """Short help: groups with their options, then every key with its schema default."""
     lines = [USAGE, "", "groups (group=option):"]
     lines += [f"  {g:<11} {' | '.join(_options(g))}" for g in GROUPS]
     lines += ["", "keys (section.key=value; schema defaults shown, the rest come from the group):"]
-    for section, cls in typing.get_type_hints(Config).items():
-        fields = dataclasses.fields(cls)
+    for section, cls in _sections(Config):
+        hints = typing.get_type_hints(cls)
+        fields = [f for f in dataclasses.fields(cls) if not dataclasses.is_dataclass(hints[f.name])]
         shown = [f.name if f.default is MISSING else f"{f.name}={f.default}" for f in fields]
         lines.append(f"  {section + ':':<11} " + " ".join(shown))
     lines += ["", "--cfg job   print the resolved config as YAML and exit"]

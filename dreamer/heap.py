@@ -39,14 +39,17 @@ class GcStats:
 
 
 @contextlib.contextmanager
-def frozen_heap(stats: GcStats | None = None) -> Iterator[GcStats]:
-    """``gc.freeze()`` on entry, ``gc.unfreeze()`` on any exit; counts GC time inside."""
+def frozen_heap(stats: GcStats | None = None, freeze: bool = True) -> Iterator[GcStats]:
+    """``gc.freeze()`` on entry, ``gc.unfreeze()`` on any exit; counts GC time inside
+    (``freeze=False``: only the counting, to measure what freezing saves)."""
     stats = stats or GcStats()
     gc.collect()
-    gc.freeze()
+    if freeze:
+        gc.freeze()
     gc.callbacks.append(stats)
     try:
         yield stats
     finally:
         gc.callbacks.remove(stats)
-        gc.unfreeze()
+        if freeze:
+            gc.unfreeze()

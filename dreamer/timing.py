@@ -12,7 +12,7 @@ PHASES = ("collect_wait", "sample", "update", "sync", "log", "eval")
 
 class LoopTimers:
     def __init__(self):
-        self.started = time.perf_counter()
+        self.started = self.flushed = time.perf_counter()
         self.interval = dict.fromkeys(PHASES, 0.0)
         self.total = dict.fromkeys(PHASES, 0.0)
 
@@ -42,9 +42,13 @@ class LoopTimers:
             yield item
 
     def flush(self) -> dict[str, float]:
-        """``time/<phase>_s`` of the interval since the last flush."""
+        """``time/<phase>_s`` of the interval since the last flush, and its wall time
+        ``time/wall_s`` (what no phase covers is the driver's own work)."""
+        now = time.perf_counter()
         metrics = {f"time/{name}_s": seconds for name, seconds in self.interval.items()}
+        metrics["time/wall_s"] = now - self.flushed
         self.interval = dict.fromkeys(PHASES, 0.0)
+        self.flushed = now
         return metrics
 
     def summary(self) -> str:

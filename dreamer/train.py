@@ -159,9 +159,8 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
             spaces=spaces,
             latent=latent,
             envs=cfg.run.envs,
-            chunk=cfg.collector.chunk,
+            collector=OmegaConf.to_container(cfg.collector),
             seed=cfg.run.seed + REPLACEMENT_SEED_STRIDE * replacements,
-            threads=cfg.collector.threads,
             replay=replay,
             total=cfg.run.steps - stats.env_steps,
         )
@@ -262,7 +261,7 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
     timers = LoopTimers()
     finished = False  # reached run.steps: a pending evaluation is waited for
     try:
-        with StopSignals() as stop, frozen_heap() as gc_stats:
+        with StopSignals() as stop, frozen_heap(freeze=cfg.run.gc_freeze) as gc_stats:
             for _ in timers.waiting(collection):
                 steps = stats.env_steps
                 if steps >= cfg.run.train_starts and replay.can_sample():

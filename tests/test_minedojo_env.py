@@ -204,6 +204,7 @@ def test_train_end_to_end_with_a_crash(tmp_path):
         "run.envs=4",
         "run.steps=1000",
         "run.train_ratio=4",  # few updates: this test is about the env and the actor
+        "eval.every=0",  # an eval env would launch a sixth simulator
         "run.train_starts=300",
         "run.log_every=100",
         f"run.logdir={logdir}",

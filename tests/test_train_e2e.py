@@ -83,7 +83,34 @@ def test_heap_is_frozen_inside_the_loop_and_unfrozen_after_a_normal_exit(tmp_pat
         ]
     )
     assert gc.get_freeze_count() == 0
-    assert all(row["gc/frozen_objects"] > 0 for row in read_metrics(logdir))
+    rows = read_metrics(logdir)
+    assert all(row["gc/frozen_objects"] > 0 for row in rows)
+    for previous, row in zip(rows, rows[1:]):  # running totals since the loop began
+        seconds = [row[f"gc/gen{g}_seconds"] for g in range(3)]
+        assert min(seconds) >= 0 and abs(sum(seconds) - row["gc/seconds"]) < 1e-9
+        for g in range(3):
+            before, after = previous[f"gc/gen{g}_collections"], row[f"gc/gen{g}_collections"]
+            assert 0 <= before <= after
+    assert rows[-1]["gc/gen0_collections"] > 0, "no collection was counted"
+
+
+def test_run_gc_freeze_false_leaves_the_heap_unfrozen_and_still_counts(tmp_path):
+    logdir = tmp_path / "run"
+    main(
+        [
+            "experiment=smoke",
+            "env=cue",
+            "run.steps=300",
+            "run.train_starts=200",
+            "run.log_every=100",
+            "run.gc_freeze=false",
+            f"run.logdir={logdir}",
+            "run.progress=false",
+        ]
+    )
+    rows = read_metrics(logdir)
+    assert all(row["gc/frozen_objects"] == 0 for row in rows)
+    assert rows[-1]["gc/gen0_collections"] > 0
 
 
 def test_heap_is_unfrozen_after_an_interrupt(tmp_path):

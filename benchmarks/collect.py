@@ -1,0 +1,175 @@
+"""Collection throughput: env steps per second received by the driver, four ways, each
+measured in this one run on the same env, cores and DreamerV3 policy.
+
+    python benchmarks/collect.py                       # crafter + cartpole, tiny + size1m
+    python benchmarks/collect.py --envs crafter --models size1m --workers 4 --json out.json
+
+(a) limit:   the env alone in one process (random actions, resets included), times the
+             worker count capped by the cores;
+(b) stock:   torchrl's synchronous ``Collector`` over a ``SerialEnv`` of the workers'
+             envs, the policy in the driver (what torchrl's DreamerV3 example does);
+(c) chunk1:  ``AsyncBatchedCollector`` as the trainer builds it (process workers, a
+             process inference server on shared-memory slots), one transition per message;
+(d) chunk64: the same, 64 transitions per message (the trainer's default).
+
+``--json PATH`` writes ``{"<env>/<model>": {"limit": .., "stock": .., "chunk1": ..,
+"chunk64": ..}}`` in env steps/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+from torchrl.collectors import Collector
+from torchrl.envs import SerialEnv
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from dreamer.collect import build_policy, env_seeds, make_collector  # noqa: E402
+from dreamer.config import load  # noqa: E402
+from dreamer.envs import make_env  # noqa: E402
+from dreamer.train import describe_env  # noqa: E402
+
+ENVS = {"crafter": ["env=crafter"], "cartpole": ["env=cartpole"]}
+PATHS = ("limit", "stock", "chunk1", "chunk64")
+
+
+def cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def timed(batches, seconds: float, warmup: float) -> float:
+    """Env steps/s over ``seconds`` of ``batches``, after ``warmup`` seconds."""
+    iterator = iter(batches)
+    started = time.perf_counter()
+    while time.perf_counter() - started < warmup:
+        next(iterator)
+    frames, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        frames += next(iterator).numel()
+    return frames / (time.perf_counter() - started)
+
+
+class Setup:
+    def __init__(self, env_name: str, model: str, workers: int):
+        cfg = load([*ENVS[env_name], f"model={model}", f"run.envs={workers}"])
+        self.cfg = cfg
+        self.env = OmegaConf.to_container(cfg.env)
+        self.model = OmegaConf.to_container(cfg.model)
+        self.learner = OmegaConf.to_container(cfg.learner)
+        self.spaces, _ = describe_env(self.env, 0)
+        self.latent = (cfg.model.stoch * cfg.model.classes, cfg.model.deter)
+        self.workers = workers
+
+    def limit(self, seconds: float) -> float:
+        env = make_env(self.env, 0)
+        steps, started = 0, time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            steps += env.rollout(256, break_when_any_done=False).numel()
+        rate = steps / (time.perf_counter() - started)
+        env.close()
+        return rate * min(self.workers, cores())
+
+    def stock(self, seconds: float, warmup: float) -> float:
+        makers = [
+            functools.partial(make_env, self.env, seed, self.latent)
+            for seed in env_seeds(0, 0, self.workers)
+        ]
+        policy = build_policy(self.model, self.learner, self.spaces, 0, torch.get_num_threads())
+        collector = Collector(
+            SerialEnv(self.workers, makers),
+            policy,
+            frames_per_batch=64 * self.workers,
+            total_frames=-1,
+        )
+        try:
+            return timed(collector, seconds, warmup)
+        finally:
+            collector.shutdown()
+
+    def asynchronous(self, chunk: int, seconds: float, warmup: float) -> float:
+        collector_cfg = OmegaConf.to_container(self.cfg.collector) | {"chunk": chunk}
+        collector = make_collector(
+            env=self.env,
+            model=self.model,
+            learner=self.learner,
+            spaces=self.spaces,
+            latent=self.latent,
+            envs=self.workers,
+            collector=collector_cfg,
+            seed=0,
+            replay=None,
+        )
+        try:
+            return timed(collector, seconds, warmup)
+        finally:
+            collector.shutdown()
+
+
+def measure(env_name: str, model: str, workers: int, seconds: float) -> dict[str, float]:
+    setup = Setup(env_name, model, workers)
+    warmup = 2.0
+    return {
+        "limit": setup.limit(seconds),
+        "stock": setup.stock(seconds, warmup),
+        "chunk1": setup.asynchronous(1, seconds, warmup),
+        "chunk64": setup.asynchronous(64, seconds, warmup),
+    }
+
+
+def table(results: dict[str, dict[str, float]]) -> str:
+    lines = [
+        "| env / model | (a) limit | (b) stock | (c) chunk 1 | (d) chunk 64 | d/b | d/a | d/c |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, rates in results.items():
+        a, b, c, d = (rates[path] for path in PATHS)
+        lines.append(
+            f"| {name} | {a:.0f} | {b:.0f} | {c:.0f} | {d:.0f} | "
+            f"{d / b:.2f} | {d / a:.2f} | {d / c:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS))
+    parser.add_argument("--models", nargs="+", default=["tiny", "size1m"])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=5.0, help="measured per path")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    results = {}
+    for env_name in args.envs:
+        for model in args.models:
+            results[f"{env_name}/{model}"] = measure(env_name, model, args.workers, args.seconds)
+            print(
+                f"{env_name}/{model}: "
+                + ", ".join(
+                    f"{path} {rate:.0f}" for path, rate in results[f"{env_name}/{model}"].items()
+                ),
+                flush=True,
+            )
+    print(
+        f"\nenv steps/s received by the driver; {args.workers} workers, {cores()} cores, "
+        f"{platform.processor() or platform.machine()}, torch {torch.__version__}"
+    )
+    print(table(results))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""Collection through torchrl's AsyncBatchedCollector, as the trainer wires it: chunking
+neither loses, duplicates nor reorders transitions.
+
+The cue env's observations come from its own seeded generator, whatever the actions, so
+each worker's stream of observations is known in advance while a real (sampling)
+DreamerV3 policy acts."""
+
+from collections import defaultdict
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from dreamer.collect import env_seeds, make_collector
+from dreamer.config import load
+from dreamer.envs import make_env
+from dreamer.train import describe_env
+
+ENVS = 2
+FRAMES = 512
+
+
+def received(chunk: int, **collector) -> dict[int, list[tuple[int, int, int]]]:
+    """Per env worker: (step_count, cue shown, next cue) of every transition, in the
+    order the driver received them."""
+    cfg = load(["experiment=cue", f"run.envs={ENVS}", f"collector.chunk={chunk}"])
+    env = OmegaConf.to_container(cfg.env)
+    spaces, _ = describe_env(env, 0)
+    collector_cfg = OmegaConf.to_container(cfg.collector) | collector
+    result = make_collector(
+        env=env,
+        model=OmegaConf.to_container(cfg.model),
+        learner=OmegaConf.to_container(cfg.learner),
+        spaces=spaces,
+        latent=(cfg.model.stoch * cfg.model.classes, cfg.model.deter),
+        envs=ENVS,
+        collector=collector_cfg,
+        seed=0,
+        replay=None,
+        total=FRAMES,
+    )
+    streams = defaultdict(list)
+    try:
+        for batch in result:
+            batch = batch.reshape(-1)
+            for index, step, cue, next_cue in zip(
+                batch["env_index"].tolist(),
+                batch["next", "step_count"].reshape(-1).tolist(),
+                batch["observation"].argmax(-1).tolist(),
+                batch["next", "observation"].argmax(-1).tolist(),
+            ):
+                streams[index].append((step, cue, next_cue))
+    finally:
+        result.shutdown()
+    return dict(streams)
+
+
+def expected(seed: int, steps: int) -> list[tuple[int, int, int]]:
+    """The same env's stream played locally (its actions do not change what it shows)."""
+    cfg = load(["experiment=cue"])
+    env = make_env(OmegaConf.to_container(cfg.env), seed)
+    torch.manual_seed(0)
+    rollout = env.rollout(steps, break_when_any_done=False)
+    env.close()
+    return list(
+        zip(
+            rollout["next", "step_count"].reshape(-1).tolist(),
+            rollout["observation"].argmax(-1).tolist(),
+            rollout["next", "observation"].argmax(-1).tolist(),
+        )
+    )
+
+
+@pytest.fixture(scope="module")
+def chunked():
+    return {chunk: received(chunk) for chunk in (1, 64)}
+
+
+@pytest.mark.parametrize("chunk", [1, 64])
+def test_each_worker_stream_arrives_whole_and_in_order(chunked, chunk):
+    streams = chunked[chunk]
+    assert sorted(streams) == list(range(ENVS))
+    assert sum(map(len, streams.values())) >= FRAMES
+    for index, seed in enumerate(env_seeds(0, 0, ENVS)):
+        stream = streams[index]
+        assert stream == expected(seed, len(stream)), f"worker {index} (chunk {chunk})"
+
+
+def test_chunk_1_and_chunk_64_deliver_the_same_transitions(chunked):
+    for index in range(ENVS):
+        common = min(len(chunked[1][index]), len(chunked[64][index]))
+        assert common >= FRAMES // ENVS // 2
+        assert sorted(chunked[1][index][:common]) == sorted(chunked[64][index][:common])
+
+
+def test_grouped_workers_deliver_every_stream_in_order():
+    streams = received(64, envs_per_worker=2)
+    for index, seed in enumerate(env_seeds(0, 0, ENVS)):
+        assert streams[index] == expected(seed, len(streams[index]))
