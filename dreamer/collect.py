@@ -5,8 +5,10 @@ finished transitions that land straight in replay."""
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
+from pathlib import Path
 from types import SimpleNamespace
 
 import torch
@@ -128,6 +130,36 @@ def make_collector(
         collector["worker_affinity"],
     )
     return result
+
+
+MEASURED = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "collect.json"
+FEW_CORES = 4  # up to here the async path was measured to lose on cheap envs
+
+
+def path_note(has_images: bool, measured: Path = MEASURED) -> str | None:
+    """Where this async path loses to torchrl's synchronous Collector (a cheap vector env
+    on few cores), say so with the numbers benchmarks/collect.py measured."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if has_images or cores > FEW_CORES:
+        return None
+    try:
+        results = json.loads(measured.read_text())
+        models = results["cartpole"]["models"]
+    except (OSError, ValueError, KeyError, TypeError):
+        results, models = {}, {}
+    figures = "; ".join(
+        f"model={model}: synchronous {rates['stock']:.0f} vs async chunked "
+        f"{rates['chunk64']:.0f} env steps/s"
+        for model, rates in models.items()
+    )
+    measured_on = f" (benchmarks/collect.py on CartPole, {results.get('machine')}: {figures})"
+    return (
+        f"collector: a vector-only env on {cores} cores, where torchrl's synchronous "
+        "Collector collects faster than this async path"
+        + (measured_on if figures else "")
+        + "; time/collect_wait_s in the metrics shows whether collection limits this run; "
+        "benchmarks/collect.py measures this machine"
+    )
 
 
 class Collection:

@@ -17,7 +17,7 @@ from dreamer import checkpoint
 from dreamer.agent.build import build_agent
 from dreamer.agent.spaces import spaces_from_env
 from dreamer.checkpoint import RunLock, RunLockedError, StopSignals
-from dreamer.collect import Collection, CollectorError, make_collector
+from dreamer.collect import Collection, CollectorError, make_collector, path_note
 from dreamer.config import ConfigError, check_resume, from_argv
 from dreamer.envs import env_config, make_env
 from dreamer.episodes import EpisodeStats
@@ -168,6 +168,9 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
         collector.update_policy_weights_(agent.policy)
         return collector
 
+    note = path_note(bool(spaces.image_keys))
+    if note:
+        log.warning(note)
     collection = Collection(new_collector)
     registry = checkpoint.Registry()
     for name, part in (

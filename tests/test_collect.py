@@ -5,13 +5,14 @@ The cue env's observations come from its own seeded generator, whatever the acti
 each worker's stream of observations is known in advance while a real (sampling)
 DreamerV3 policy acts."""
 
+import json
 from collections import defaultdict
 
 import pytest
 import torch
 from omegaconf import OmegaConf
 
-from dreamer.collect import env_seeds, make_collector
+from dreamer.collect import env_seeds, make_collector, path_note
 from dreamer.config import load
 from dreamer.envs import make_env
 from dreamer.train import describe_env
@@ -97,3 +98,17 @@ def test_grouped_workers_deliver_every_stream_in_order():
     streams = received(64, envs_per_worker=2)
     for index, seed in enumerate(env_seeds(0, 0, ENVS)):
         assert streams[index] == expected(seed, len(streams[index]))
+
+
+def test_start_up_note_quotes_the_measured_collection_rates(tmp_path, monkeypatch):
+    monkeypatch.setattr("os.sched_getaffinity", lambda _: {0, 1})
+    measured = tmp_path / "collect.json"
+    models = {"tiny": {"stock": 826.4, "chunk64": 702.2}, "size1m": {"stock": 877, "chunk64": 559}}
+    measured.write_text(json.dumps({"machine": "2 cores", "cartpole": {"models": models}}))
+    note = path_note(has_images=False, measured=measured)
+    assert "on 2 cores" in note and "synchronous 826 vs async chunked 702" in note
+    assert "model=size1m: synchronous 877 vs async chunked 559" in note
+    assert path_note(has_images=True, measured=measured) is None  # Crafter-like: async wins
+    assert "benchmarks/collect.py measures" in path_note(False, tmp_path / "missing.json")
+    monkeypatch.setattr("os.sched_getaffinity", lambda _: set(range(16)))
+    assert path_note(has_images=False, measured=measured) is None
