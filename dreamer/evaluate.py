@@ -21,7 +21,7 @@ from dreamer.agent.build import build_agent
 from dreamer.config import Config, ConfigError, check_value
 from dreamer.envs import env_config
 from dreamer.evaluation import EvalResult, EvalRunner
-from dreamer.render import RenderPool, default_workers, pool_size
+from dreamer.render import RenderPool, pool_size
 from dreamer.replay import SequenceReplay, replay_keys
 from dreamer.reports import learning_curves, replay_open_loop, submit_reports
 from dreamer.train import describe_env
@@ -83,8 +83,7 @@ def evaluate(logdir: Path, reports: bool = False, **eval_overrides) -> EvalResul
             directory=logdir / "replay",
         )
         replay.load_state_dict(state["replay"])
-        workers = cfg.eval.render_workers
-        pool = RenderPool(pool_size(default_workers() if workers is None else workers))
+        pool = RenderPool(pool_size(cfg.eval.render_workers))
         submit_reports(
             pool,
             logdir / "eval" / f"{step:012d}",

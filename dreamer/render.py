@@ -146,11 +146,11 @@ def _ready() -> int:
     return os.getpid()
 
 
-def pool_size(configured: int) -> int:
-    """``DREAMER_RENDER_WORKERS`` if set, else the configured size."""
+def pool_size(configured: int | None) -> int:
+    """``DREAMER_RENDER_WORKERS`` if set, else the configured size (None: min(cores, 16))."""
     value = os.environ.get(WORKERS_ENV)
     if value is None or value == "":
-        return configured
+        return default_workers() if configured is None else configured
     if not value.isdigit():
         raise ValueError(f"{WORKERS_ENV}: expected a worker count >= 0, got {value!r}")
     return int(value)

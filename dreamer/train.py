@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import statistics
 import sys
@@ -25,7 +26,7 @@ from dreamer.evaluation import EvalResult, EvalRunner
 from dreamer.heap import frozen_heap
 from dreamer.learner import Learner, NonFiniteError, resolve_device
 from dreamer.logs import MetricsWriter, Progress, setup_logging
-from dreamer.render import RenderPool, default_workers, pool_size
+from dreamer.render import RenderPool, pool_size
 from dreamer.replay import SequenceReplay, replay_keys
 from dreamer.reports import learning_curves, replay_open_loop, submit_reports
 from dreamer.timing import LoopTimers
@@ -191,7 +192,8 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
     collection.start()
     metrics_writer = MetricsWriter(logdir)
     evaluation, pool = None, None
-    if 0 < cfg.eval.every <= cfg.run.steps:  # an evaluation falls within this run
+    rank = int(os.environ.get("RANK", "0"))  # set by torchrun; only rank 0 evaluates
+    if rank == 0 and 0 < cfg.eval.every <= cfg.run.steps:  # an evaluation is due
         evaluation = EvalRunner(
             eval_cfg=cfg.eval,
             env=env,
@@ -202,8 +204,7 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
             seed=cfg.run.seed,
             achievement_names=achievements,
         )
-        workers = cfg.eval.render_workers
-        pool = RenderPool(pool_size(default_workers() if workers is None else workers))
+        pool = RenderPool(pool_size(cfg.eval.render_workers))
         pool.start()
         eval_due = Every(cfg.eval.every, start - start % cfg.eval.every)
     progress = Progress(cfg.run.steps, initial=start, enabled=cfg.run.progress)

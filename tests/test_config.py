@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from omegaconf import OmegaConf
 
@@ -161,6 +162,23 @@ BAD = [
     (["env.sticky_attack=-1"], "env.sticky_attack"),
     (["env.fast_reset=sometimes"], "env.fast_reset"),
     (["env=minedojo"], "env"),  # the minedojo package is not installed here
+    (["collector.sync_every=0"], "collector.sync_every"),
+    (["collector.threads=0"], "collector.threads"),
+    (["collector.envs_per_worker=0"], "collector.envs_per_worker"),
+    (["collector.envs_per_worker=3"], "collector.envs_per_worker"),  # must divide run.envs=4
+    (["collector.worker_affinity=all"], "collector.worker_affinity"),
+    (["collector.inference.max_batch=-1"], "collector.inference.max_batch"),
+    (["collector.inference.min_batch=0"], "collector.inference.min_batch"),
+    (["collector.inference.min_batch=5"], "collector.inference.min_batch"),  # > 4 envs
+    (["collector.inference.timeout=-0.1"], "collector.inference.timeout"),
+    *(  # CUDA-graph inference needs a GPU
+        []
+        if torch.cuda.is_available()
+        else [(["collector.inference.static_batch=true"], "collector.inference.static_batch")]
+    ),
+    (["collector.inference.static_batch=maybe"], "collector.inference.static_batch"),
+    (["collector.inference.nope=1"], "collector.inference.nope"),
+    (["run.gc_freeze=sometimes"], "run.gc_freeze"),
     (["eval.every=-1"], "eval.every"),
     (["eval.episodes=0"], "eval.episodes"),
     (["eval.envs=0"], "eval.envs"),

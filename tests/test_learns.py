@@ -19,7 +19,8 @@ def test_mean_return_rises_well_above_a_random_policy(tmp_path):
     late = sum(returns[-3:]) / 3
     assert early < random_return + 2, f"starts near random, got {returns}"
     assert late >= random_return + 4, f"did not learn: {returns}"
-    # the periodic evaluation runs in a process of its own: it scores like a learned
-    # policy only if it received the learner's weights (its initial ones play randomly)
+    # the periodic evaluation runs in a process of its own: it scores above a random
+    # policy only if it received the learner's weights (its initial ones play randomly).
+    # 16 episodes: a random policy's mean has a standard deviation of 0.5
     evals = [row["eval/return"] for row in read_metrics(logdir, "eval")]
-    assert len(evals) == 2 and evals[-1] >= random_return + 4, evals
+    assert len(evals) == 2 and evals[-1] >= random_return + 2, evals

@@ -1,6 +1,7 @@
 """The render pool draws byte-identical files to a serial render; failures are reported."""
 
 import hashlib
+import os
 
 import numpy as np
 import pytest
@@ -56,6 +57,7 @@ def test_environment_variable_overrides_the_pool_size(monkeypatch):
     assert pool_size(0) == 3
     monkeypatch.delenv(WORKERS_ENV)
     assert pool_size(5) == 5
+    assert pool_size(None) == min(os.cpu_count(), 16)  # eval.render_workers' default
     monkeypatch.setenv(WORKERS_ENV, "many")
     with pytest.raises(ValueError, match=WORKERS_ENV):
         pool_size(1)
