@@ -31,6 +31,9 @@ def _f(default: Any = MISSING, check: str | None = None, choices: tuple[str, ...
     return field(default=default, metadata={"check": check, "choices": choices})
 
 
+TRISTATE = ("auto", "true", "false")
+
+
 @dataclass
 class EnvConfig:
     name: str = _f(choices=("cartpole", "crafter", "cue", "gym", "minedojo"))  # the adapter
@@ -112,6 +115,9 @@ class CollectorConfig:
 @dataclass
 class LearnerConfig:
     device: str = _f("auto", choices=("auto", "cpu", "cuda"))
+    precision: str = _f("auto", choices=("auto", "bf16", "fp32"))  # auto: bf16 on CUDA
+    compile: str = _f("auto", choices=TRISTATE)  # torch.compile the update; auto: on CUDA
+    cudagraph: str = _f("auto", choices=TRISTATE)  # CUDA-graph forward/backward; auto: on CUDA
     lr: float = _f(4e-5, "> 0")
     warmup: int = _f(1000, ">= 0")  # optimizer warm-up updates
     horizon: int = _f(15, ">= 1")  # imagination horizon
@@ -309,6 +315,26 @@ def check_value(override: str) -> tuple[str, Any]:
     return key, node[name]
 
 
+def _check_learner(learner: DictConfig) -> None:
+    """The update's modes: CUDA graphs and bf16 autocast exist on CUDA only (torchrl's
+    stepper autocasts CUDA only; on a CPU it would silently train in fp32)."""
+    import torch
+
+    cuda = learner.device == "cuda" or (learner.device == "auto" and torch.cuda.is_available())
+    if cuda:
+        return
+    if learner.cudagraph == "true":
+        raise ConfigError(
+            "learner.cudagraph: CUDA graphs need the learner on CUDA and it runs on the CPU "
+            "here; allowed: auto, false"
+        )
+    if learner.precision == "bf16":
+        raise ConfigError(
+            "learner.precision: bf16 autocast needs the learner on CUDA and it runs on the "
+            "CPU here; allowed: auto, fp32"
+        )
+
+
 def _check_collector(collector: DictConfig, envs: int) -> None:
     inference = collector.inference
     max_batch = inference.max_batch or envs
@@ -358,6 +384,8 @@ def _check_gym_id(env_id: str) -> None:
 
 
 def _validate(cfg: DictConfig) -> None:
+    for key in ("compile", "cudagraph"):  # Hydra reads `true` as a boolean: 'True' here
+        cfg.learner[key] = str(cfg.learner[key]).lower()
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing == ["env.id"]:
         raise ConfigError(f"env.id: required for env={cfg.env.name}; e.g. env.id=CartPole-v1")
@@ -377,6 +405,7 @@ def _validate(cfg: DictConfig) -> None:
             f" = {r.length * envs}), got {r.size}"
         )
     _check_collector(cfg.collector, envs)
+    _check_learner(cfg.learner)
     if cfg.env.name in ("cartpole", "gym"):
         _check_gym_id(cfg.env.id)
     if cfg.env.name == "minedojo":
@@ -453,8 +482,14 @@ RESUMABLE_KEYS = (
     "run.gc_freeze",
     "collector.sync_every",
     "collector.threads",
+    "collector.envs_per_worker",
+    "collector.worker_affinity",
+    *(f"collector.inference.{f.name}" for f in dataclasses.fields(InferenceConfig)),
     "learner.threads",
     "learner.device",
+    "learner.precision",
+    "learner.compile",
+    "learner.cudagraph",
     *(f"eval.{f.name}" for f in dataclasses.fields(EvalConfig)),
 )
 

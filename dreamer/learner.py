@@ -55,6 +55,23 @@ class SkippingOptimizer(DreamerV3Optimizer):
         self.consecutive_skips += 1
 
 
+def learner_modes(learner_cfg, device: torch.device) -> dict[str, bool]:
+    """``learner.compile`` / ``cudagraph`` / ``precision`` resolved for ``device``:
+    ``auto`` is on for CUDA and off for the CPU (config validation refused CUDA-only
+    modes on a CPU)."""
+    cuda = device.type == "cuda"
+
+    def tristate(value: str) -> bool:
+        return cuda if value == "auto" else value == "true"
+
+    precision = learner_cfg.precision
+    return {
+        "compile": tristate(learner_cfg.compile),
+        "cudagraph": tristate(learner_cfg.cudagraph),
+        "bf16": cuda if precision == "auto" else precision == "bf16",
+    }
+
+
 class Learner:
     def __init__(self, agent: Agent, learner_cfg, device: torch.device):
         self.agent = agent
@@ -67,17 +84,18 @@ class Learner:
             agc=learner_cfg.grad_clip,
             warmup_steps=learner_cfg.warmup,
         )
-        on_cuda = device.type == "cuda"
+        self.modes = learner_modes(learner_cfg, device)
         self.stepper = DreamerV3OptimizationStepper(
             self.loss,
             self.optimizer,
             agent.target_updater,
-            compile_train_step=on_cuda,
-            cudagraph=on_cuda,
-            mixed_precision=on_cuda,
+            compile_train_step=self.modes["compile"],
+            cudagraph=self.modes["cudagraph"],
+            mixed_precision=self.modes["bf16"],
         )
         self.updates = 0
-        self._warm = not on_cuda
+        # compiling and capturing happen in the stepper's warm-up, before the first update
+        self._warm = not (self.modes["compile"] or self.modes["cudagraph"])
         self._statistics = [b for name, b in self.loss.named_buffers() if "retnorm" in name]
 
     def update(self, batch: TensorDictBase) -> dict[str, float]:

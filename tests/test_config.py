@@ -171,11 +171,18 @@ BAD = [
     (["collector.inference.min_batch=0"], "collector.inference.min_batch"),
     (["collector.inference.min_batch=5"], "collector.inference.min_batch"),  # > 4 envs
     (["collector.inference.timeout=-0.1"], "collector.inference.timeout"),
-    *(  # CUDA-graph inference needs a GPU
+    *(  # CUDA graphs and bf16 autocast need a GPU
         []
         if torch.cuda.is_available()
-        else [(["collector.inference.static_batch=true"], "collector.inference.static_batch")]
+        else [
+            (["collector.inference.static_batch=true"], "collector.inference.static_batch"),
+            (["learner.cudagraph=true"], "learner.cudagraph"),
+            (["learner.precision=bf16"], "learner.precision"),
+        ]
     ),
+    (["learner.device=cpu", "learner.cudagraph=true"], "learner.cudagraph"),
+    (["learner.compile=maybe"], "learner.compile"),
+    (["learner.precision=fp8"], "learner.precision"),
     (["collector.inference.static_batch=maybe"], "collector.inference.static_batch"),
     (["collector.inference.nope=1"], "collector.inference.nope"),
     (["run.gc_freeze=sometimes"], "run.gc_freeze"),

@@ -6,7 +6,7 @@ from dreamer.agent.build import build_agent
 from dreamer.agent.spaces import spaces_from_env
 from dreamer.config import load
 from dreamer.envs import make_env
-from dreamer.learner import Learner, NonFiniteError
+from dreamer.learner import Learner, NonFiniteError, learner_modes
 from dreamer.replay import SequenceReplay, replay_keys
 
 WORLD_MODEL_TERMS = ("loss_model_reco", "loss_model_reward", "loss_model_continue")
@@ -137,3 +137,21 @@ def test_persistent_nan_stops_after_max_skips():
     learner.update(poisoned(batch))
     with pytest.raises(NonFiniteError, match="max_skips=2"):
         learner.update(poisoned(batch))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "device", "expected"),
+    [
+        ([], "cpu", {"compile": False, "cudagraph": False, "bf16": False}),
+        ([], "cuda", {"compile": True, "cudagraph": True, "bf16": True}),
+        (["learner.compile=true"], "cpu", {"compile": True, "cudagraph": False, "bf16": False}),
+        (
+            ["learner.compile=false", "learner.precision=fp32"],
+            "cuda",
+            {"compile": False, "cudagraph": True, "bf16": False},
+        ),
+    ],
+)
+def test_learner_modes_resolve_auto_per_device(overrides, device, expected):
+    cfg = load(["learner.device=cpu", *overrides])  # validated as a CPU run
+    assert learner_modes(cfg.learner, torch.device(device)) == expected
