@@ -17,10 +17,28 @@ fi
 .venv/bin/python -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; \
 print('device:', torch.cuda.get_device_name(0), '| cores:', __import__('os').cpu_count())"
 
-# Collection in the many-core regime (issue: collection throughput): 16 env workers.
-timeout 240 .venv/bin/python benchmarks/collect.py --envs crafter --models size1m \
+# Learner modes: eager fp32, compiled + CUDA graph + bf16, torchrl's stepper (each
+# command capped so the whole script stays within its 8 minutes).
+for shape in "16 64" "32 256"; do
+  set -- $shape
+  for model in size12m size50m; do
+    timeout 75 .venv/bin/python benchmarks/learner.py --model "$model" --batch "$1" \
+      --length "$2" --json "$OUT/learner-$model-$1x$2.json" \
+      | tee "$OUT/learner-$model-$1x$2.txt" || echo "learner $model $1x$2: timed out or failed"
+  done
+done
+
+# 200 updates of the real trainer with the compiled, CUDA-graph, bf16 learner.
+timeout 120 .venv/bin/python -m dreamer.train experiment=smoke run.steps=1100 eval.every=0 \
+  learner.device=cuda learner.compile=true learner.cudagraph=true learner.precision=bf16 \
+  run.logdir="$OUT/smoke" run.progress=false 2>&1 | tail -n 3 | tee "$OUT/smoke.txt"
+
+# Collection in the many-core regime: 16 env workers on the 16 cores.
+timeout 90 .venv/bin/python benchmarks/collect.py --envs crafter --models size1m \
   --workers 16 --seconds 8 --json "$OUT/collect16.json" | tee "$OUT/collect16.txt"
 
 echo
 echo "== summary"
+for f in "$OUT"/learner-*.txt; do grep -A6 "GFLOP per update" "$f" || true; done
+cat "$OUT/smoke.txt"
 tail -n 3 "$OUT/collect16.txt"

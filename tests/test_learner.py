@@ -14,7 +14,8 @@ WORLD_MODEL_TERMS = ("loss_model_reco", "loss_model_reward", "loss_model_continu
 
 def real_batch(cfg, batch: int, length: int):
     """Random-policy transitions from the real env, cut into [batch, length] windows."""
-    env = make_env(OmegaConf.to_container(cfg.env), seed=0, latent=(16, 64))
+    latent = (cfg.model.stoch * cfg.model.classes, cfg.model.deter)
+    env = make_env(OmegaConf.to_container(cfg.env), seed=0, latent=latent)
     spaces = spaces_from_env(env)
     torch.manual_seed(0)
     rollout = env.rollout(batch * length, break_when_any_done=False)
