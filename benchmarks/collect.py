@@ -13,7 +13,7 @@ measured in this one run on the same env, cores and DreamerV3 policy.
 (d) chunk64: the same, 64 transitions per message (the trainer's default).
 
 ``--json PATH`` writes ``{"<env>": {"limit": .., "stock": .., "chunk1": .., "chunk64": ..,
-"model": .., "models": {"<model>": {...}}}, "machine": ..}`` in env steps/s; the four
+"model": .., "models": {"<model>": {...}}, "machine": ..}}`` in env steps/s; the four
 top-level figures are size1m's (the goal's model) when it was measured. The trainer's
 start-up note on cheap envs quotes ``benchmarks/results/collect.json``.
 """
@@ -169,11 +169,12 @@ def main() -> int:
     print(table(results))
     if args.json:
         machine = f"{cores()} cores, {args.workers} workers, {platform.machine()}"
-        output: dict = {"machine": machine}
+        output = {}
         for env_name in args.envs:
             models = {model: results[f"{env_name}/{model}"] for model in args.models}
             goal = "size1m" if "size1m" in models else args.models[0]
             output[env_name] = {**models[goal], "model": goal, "models": models}
+            output[env_name]["machine"] = machine
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(output, indent=2) + "\n")
     return 0

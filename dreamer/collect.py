@@ -143,16 +143,17 @@ def path_note(has_images: bool, measured: Path = MEASURED) -> str | None:
     if has_images or cores > FEW_CORES:
         return None
     try:
-        results = json.loads(measured.read_text())
-        models = results["cartpole"]["models"]
+        measured_env = json.loads(measured.read_text())["cartpole"]
+        models = measured_env["models"]
     except (OSError, ValueError, KeyError, TypeError):
-        results, models = {}, {}
+        measured_env, models = {}, {}
     figures = "; ".join(
         f"model={model}: synchronous {rates['stock']:.0f} vs async chunked "
         f"{rates['chunk64']:.0f} env steps/s"
         for model, rates in models.items()
     )
-    measured_on = f" (benchmarks/collect.py on CartPole, {results.get('machine')}: {figures})"
+    machine = measured_env.get("machine")
+    measured_on = f" (benchmarks/collect.py on CartPole, {machine}: {figures})"
     return (
         f"collector: a vector-only env on {cores} cores, where torchrl's synchronous "
         "Collector collects faster than this async path"

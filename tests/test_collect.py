@@ -104,7 +104,7 @@ def test_start_up_note_quotes_the_measured_collection_rates(tmp_path, monkeypatc
     monkeypatch.setattr("os.sched_getaffinity", lambda _: {0, 1})
     measured = tmp_path / "collect.json"
     models = {"tiny": {"stock": 826.4, "chunk64": 702.2}, "size1m": {"stock": 877, "chunk64": 559}}
-    measured.write_text(json.dumps({"machine": "2 cores", "cartpole": {"models": models}}))
+    measured.write_text(json.dumps({"cartpole": {"models": models, "machine": "2 cores"}}))
     note = path_note(has_images=False, measured=measured)
     assert "on 2 cores" in note and "synchronous 826 vs async chunked 702" in note
     assert "model=size1m: synchronous 877 vs async chunked 559" in note
