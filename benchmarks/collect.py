@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
 import platform
 import sys
 import time
@@ -37,17 +36,19 @@ from torchrl.envs import SerialEnv
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dreamer.collect import build_policy, env_seeds, make_collector  # noqa: E402
+from dreamer.agent.build import latent_sizes  # noqa: E402
+from dreamer.collect import (  # noqa: E402
+    build_policy,
+    env_seeds,
+    make_collector,
+    usable_cores,
+)
 from dreamer.config import load  # noqa: E402
 from dreamer.envs import make_env  # noqa: E402
 from dreamer.train import describe_env  # noqa: E402
 
 ENVS = {"crafter": ["env=crafter"], "cartpole": ["env=cartpole"]}
 PATHS = ("limit", "stock", "chunk1", "chunk64")
-
-
-def cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 def timed(batches, seconds: float, warmup: float) -> float:
@@ -70,7 +71,7 @@ class Setup:
         self.model = OmegaConf.to_container(cfg.model)
         self.learner = OmegaConf.to_container(cfg.learner)
         self.spaces, _ = describe_env(self.env, 0)
-        self.latent = (cfg.model.stoch * cfg.model.classes, cfg.model.deter)
+        self.latent = latent_sizes(cfg.model)
         self.workers = workers
 
     def limit(self, seconds: float) -> float:
@@ -80,7 +81,7 @@ class Setup:
             steps += env.rollout(256, break_when_any_done=False).numel()
         rate = steps / (time.perf_counter() - started)
         env.close()
-        return rate * min(self.workers, cores())
+        return rate * min(self.workers, usable_cores())
 
     def stock(self, seconds: float, warmup: float) -> float:
         makers = [
@@ -163,12 +164,12 @@ def main() -> int:
                 flush=True,
             )
     print(
-        f"\nenv steps/s received by the driver; {args.workers} workers, {cores()} cores, "
+        f"\nenv steps/s received by the driver; {args.workers} workers, {usable_cores()} cores, "
         f"{platform.processor() or platform.machine()}, torch {torch.__version__}"
     )
     print(table(results))
     if args.json:
-        machine = f"{cores()} cores, {args.workers} workers, {platform.machine()}"
+        machine = f"{usable_cores()} cores, {args.workers} workers, {platform.machine()}"
         output = {}
         for env_name in args.envs:
             models = {model: results[f"{env_name}/{model}"] for model in args.models}

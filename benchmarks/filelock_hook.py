@@ -47,11 +47,12 @@ def chunk_message():
     import torch
     from omegaconf import OmegaConf
 
+    from dreamer.agent.build import latent_sizes
     from dreamer.config import load
     from dreamer.envs import make_env
 
     cfg = load(["env=crafter", "model=size1m"])
-    latent = (cfg.model.stoch * cfg.model.classes, cfg.model.deter)
+    latent = latent_sizes(cfg.model)
     env = make_env(OmegaConf.to_container(cfg.env), 0, latent)
     rollout = env.rollout(CHUNK, break_when_any_done=False)
     env.close()

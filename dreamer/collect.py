@@ -48,6 +48,11 @@ def env_seeds(seed: int, rank: int, count: int) -> list[int]:
     return [seed * 10_000 + rank * 1_000 + index for index in range(count)]
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
 def spread_affinity(worker: int) -> list[int]:
     """``collector.worker_affinity=spread``: worker i runs on the i-th allowed core."""
     cores = sorted(os.sched_getaffinity(0))
@@ -139,7 +144,7 @@ FEW_CORES = 4  # up to here the async path was measured to lose on cheap envs
 def path_note(has_images: bool, measured: Path = MEASURED) -> str | None:
     """Where this async path loses to torchrl's synchronous Collector (a cheap vector env
     on few cores), say so with the numbers benchmarks/collect.py measured."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = usable_cores()
     if has_images or cores > FEW_CORES:
         return None
     try:

@@ -233,6 +233,12 @@ def _check_overrides(overrides: list[str]) -> list[str]:
     return kept
 
 
+def _wrong_type(key: str, value: Any) -> ConfigError:
+    kind = _schema_type(key)
+    kind = next((t for t in typing.get_args(kind) if t is not type(None)), kind)  # Optional
+    return ConfigError(f"{key}: expected {_KINDS.get(kind, 'another type')}, got {value!r}")
+
+
 def _composition_error(e: Exception) -> ConfigError:
     """Turn a Hydra/OmegaConf exception into a one-line ConfigError."""
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
@@ -246,10 +252,7 @@ def _composition_error(e: Exception) -> ConfigError:
     if isinstance(cause, ConfigAttributeError | ConfigKeyError):  # e.g. stray key in a preset
         _schema_type(key)  # raises the usual "unknown key; allowed keys ..." error
     if isinstance(cause, ValidationError):
-        kind = _schema_type(key)
-        kind = next((t for t in typing.get_args(kind) if t is not type(None)), kind)  # Optional
-        expected = _KINDS.get(kind, "another type")
-        return ConfigError(f"{key}: expected {expected}, got {cause.value!r}")
+        return _wrong_type(key, cause.value)
     return ConfigError(f"{key}: {str(cause).splitlines()[0]}")
 
 
@@ -271,8 +274,10 @@ def _check_section(prefix: str, cls: type, node: DictConfig) -> None:
         kind = typing.get_type_hints(cls)[f.name]
         if dataclasses.is_dataclass(kind):
             _check_section(f"{prefix}.{f.name}", kind, node[f.name])
-        else:
-            _check_field(f"{prefix}.{f.name}", node[f.name], f.metadata)
+            continue
+        if f.metadata["choices"] == TRISTATE:  # Hydra reads `true` as a boolean: 'True' here
+            node[f.name] = str(node[f.name]).lower()
+        _check_field(f"{prefix}.{f.name}", node[f.name], f.metadata)
 
 
 def _check_field(key: str, value: Any, metadata: Mapping) -> None:
@@ -303,11 +308,7 @@ def check_value(override: str) -> tuple[str, Any]:
     except OverrideParseException:
         raise ConfigError(f"{key}: bad value {raw!r}") from None
     except ValidationError:
-        kind = _schema_type(key)
-        kind = next((t for t in typing.get_args(kind) if t is not type(None)), kind)
-        raise ConfigError(
-            f"{key}: expected {_KINDS.get(kind, 'another type')}, got {raw!r}"
-        ) from None
+        raise _wrong_type(key, raw) from None
     field_ = next(
         f for f in dataclasses.fields(typing.get_type_hints(Config)[section]) if f.name == name
     )
@@ -384,8 +385,6 @@ def _check_gym_id(env_id: str) -> None:
 
 
 def _validate(cfg: DictConfig) -> None:
-    for key in ("compile", "cudagraph"):  # Hydra reads `true` as a boolean: 'True' here
-        cfg.learner[key] = str(cfg.learner[key]).lower()
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing == ["env.id"]:
         raise ConfigError(f"env.id: required for env={cfg.env.name}; e.g. env.id=CartPole-v1")

@@ -22,16 +22,22 @@ from dreamer.config import Config, ConfigError, check_value
 from dreamer.envs import env_config
 from dreamer.evaluation import EvalResult, EvalRunner
 from dreamer.render import RenderPool, pool_size
-from dreamer.replay import SequenceReplay, replay_keys
-from dreamer.reports import learning_curves, replay_open_loop, submit_reports
+from dreamer.replay import SequenceReplay
+from dreamer.reports import submit_reports
 from dreamer.train import describe_env
 
 USAGE = (
     "usage: python -m dreamer.evaluate run.logdir=<dir> [eval.episodes=N] "
     "[eval.checkpoint=FILE] [eval.envs=N] [eval.max_steps=N] [eval.render_workers=N]"
 )
-OVERRIDABLE = ("run.logdir", "eval.episodes", "eval.checkpoint", "eval.envs", "eval.max_steps")
-OVERRIDABLE += ("eval.render_workers",)
+OVERRIDABLE = (
+    "run.logdir",
+    "eval.episodes",
+    "eval.checkpoint",
+    "eval.envs",
+    "eval.max_steps",
+    "eval.render_workers",
+)
 
 
 def _checkpoint(logdir: Path, named: str | None) -> Path:
@@ -58,40 +64,16 @@ def evaluate(logdir: Path, reports: bool = False, **eval_overrides) -> EvalResul
     state = checkpoint.load(found)
     agent.loss.load_state_dict(state["learner"]["loss"])
     step = state["episodes"]["env_steps"]
-    runner = EvalRunner(
-        eval_cfg=cfg.eval,
-        env=env,
-        model=OmegaConf.to_container(cfg.model),
-        learner=OmegaConf.to_container(cfg.learner),
-        spaces=spaces,
-        latent=(cfg.model.stoch * cfg.model.classes, cfg.model.deter),
-        seed=cfg.run.seed,
-        achievement_names=achievements,
-    )
+    runner = EvalRunner.from_config(cfg, env, spaces, achievements)
     try:
         result = runner.run(step, agent.policy)
     finally:
         runner.shutdown()
     if reports:
-        replay = SequenceReplay(
-            cfg.replay.size,
-            cfg.run.envs,
-            cfg.replay.batch,
-            cfg.replay.length,
-            replay_keys([key.name for key in spaces.obs]),
-            storage=cfg.replay.storage,
-            directory=logdir / "replay",
-        )
+        replay = SequenceReplay.from_config(cfg, [key.name for key in spaces.obs], logdir)
         replay.load_state_dict(state["replay"])
         pool = RenderPool(pool_size(cfg.eval.render_workers))
-        submit_reports(
-            pool,
-            logdir / "eval" / f"{step:012d}",
-            result,
-            learning_curves(logdir / "metrics.jsonl"),
-            cfg.env.name,
-            replay_open_loop(agent, replay, runner.image, cfg.replay.length),
-        )
+        submit_reports(pool, logdir, result, cfg, agent, replay, runner.image)
         pool.close()
         if pool.failures:
             raise RuntimeError(f"reports not written: {pool.failures[0]}")

@@ -9,10 +9,12 @@ import logging
 from dataclasses import dataclass, field
 
 import numpy as np
+from omegaconf import OmegaConf
 from tensordict import TensorDictBase
 from torchrl.collectors import Evaluator
 from torchrl.envs import EnvBase, SerialEnv
 
+from dreamer.agent.build import latent_sizes
 from dreamer.agent.spaces import EnvSpaces
 from dreamer.collect import build_policy
 from dreamer.envs import ACHIEVEMENTS_KEY, make_env
@@ -120,6 +122,23 @@ class EvalRunner:
             backend="process",
         )
         self.pending_step: int | None = None
+
+    @classmethod
+    def from_config(
+        cls, cfg, env: dict, spaces: EnvSpaces, achievement_names: tuple[str, ...]
+    ) -> EvalRunner:
+        """The runner for a run's ``eval.*``, acting with its model (``env``: the env
+        node as ``dreamer.envs.env_config`` gives it)."""
+        return cls(
+            eval_cfg=cfg.eval,
+            env=env,
+            model=OmegaConf.to_container(cfg.model),
+            learner=OmegaConf.to_container(cfg.learner),
+            spaces=spaces,
+            latent=latent_sizes(cfg.model),
+            seed=cfg.run.seed,
+            achievement_names=achievement_names,
+        )
 
     def _summarize(self, batch: TensorDictBase) -> dict:
         # torchrl hands what this returns back as "eval/<key>"

@@ -39,10 +39,10 @@ class GcStats:
 
 
 @contextlib.contextmanager
-def frozen_heap(stats: GcStats | None = None, freeze: bool = True) -> Iterator[GcStats]:
+def frozen_heap(freeze: bool = True) -> Iterator[GcStats]:
     """``gc.freeze()`` on entry, ``gc.unfreeze()`` on any exit; counts GC time inside
     (``freeze=False``: only the counting, to measure what freezing saves)."""
-    stats = stats or GcStats()
+    stats = GcStats()
     gc.collect()
     if freeze:
         gc.freeze()

@@ -43,6 +43,20 @@ def replay_keys(obs_names: list[str]) -> list:
 
 
 class SequenceReplay:
+    @classmethod
+    def from_config(cls, cfg, obs_names: list[str], logdir: Path) -> SequenceReplay:
+        """The run's replay as ``replay.*`` and ``run.envs`` describe it."""
+        return cls(
+            cfg.replay.size,
+            cfg.run.envs,
+            cfg.replay.batch,
+            cfg.replay.length,
+            replay_keys(obs_names),
+            seed=cfg.run.seed,
+            storage=cfg.replay.storage,
+            directory=logdir / "replay",
+        )
+
     def __init__(
         self,
         capacity: int,

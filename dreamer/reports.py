@@ -77,17 +77,14 @@ def learning_curves(metrics: Path) -> dict[str, tuple[list[float], list[float]]]
     return series
 
 
-def submit_reports(
-    pool,
-    folder: Path,
-    result,
-    curves: dict,
-    title: str,
-    open_loop_frames: tuple[np.ndarray, np.ndarray, int] | None = None,
-) -> None:
-    """Queue one evaluation's reports on the render pool: the first episode's video, the
-    open-loop predictions (truth, model, context), the learning curves and, for Crafter,
-    the achievement success rates."""
+def submit_reports(pool, logdir: Path, result, cfg, agent: Agent, replay, image: str | None):
+    """Queue one evaluation's reports on the render pool, under
+    ``<logdir>/eval/<step>/``: the first episode's video, the open-loop predictions on a
+    replayed window, the learning curves so far and, for Crafter, the achievement
+    success rates."""
+    folder = logdir / "eval" / f"{result.step:012d}"
+    open_loop_frames = replay_open_loop(agent, replay, image, cfg.replay.length)
+    curves = learning_curves(logdir / "metrics.jsonl")
     if result.frames is not None:
         pool.submit("video", folder / "episode", frames=result.frames)
     if open_loop_frames is not None:
@@ -96,9 +93,9 @@ def submit_reports(
             "open_loop", folder / "open_loop.png", truth=truth, model=model, context=context
         )
     if curves:
-        pool.submit("curve", folder / "returns.png", series=curves, title=title)
+        pool.submit("curve", folder / "returns.png", series=curves, title=cfg.env.name)
     if result.achievements:
-        score = crafter_score(list(result.achievements.values()))
+        score = result.metrics()["eval/crafter_score"]
         pool.submit(
             "bars",
             folder / "achievements.png",

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from torchrl.trainers.algorithms import DreamerV3UpdateRatio
 
 from dreamer import checkpoint
-from dreamer.agent.build import build_agent
+from dreamer.agent.build import build_agent, latent_sizes
 from dreamer.agent.spaces import spaces_from_env
 from dreamer.checkpoint import RunLock, RunLockedError, StopSignals
 from dreamer.collect import Collection, CollectorError, make_collector, path_note
@@ -27,8 +27,8 @@ from dreamer.heap import frozen_heap
 from dreamer.learner import Learner, NonFiniteError, resolve_device
 from dreamer.logs import MetricsWriter, Progress, setup_logging
 from dreamer.render import RenderPool, pool_size
-from dreamer.replay import SequenceReplay, replay_keys
-from dreamer.reports import learning_curves, replay_open_loop, submit_reports
+from dreamer.replay import SequenceReplay
+from dreamer.reports import submit_reports
 from dreamer.timing import LoopTimers
 
 log = logging.getLogger("dreamer")
@@ -132,19 +132,10 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
     model, learner_cfg = OmegaConf.to_container(cfg.model), OmegaConf.to_container(cfg.learner)
     torch.manual_seed(cfg.run.seed)  # the inference process builds the same weights
     agent = build_agent(cfg.model, cfg.learner, spaces)
-    latent = (cfg.model.stoch * cfg.model.classes, cfg.model.deter)
+    latent = latent_sizes(cfg.model)
     device = resolve_device(cfg.learner.device)
     learner = Learner(agent, cfg.learner, device)
-    replay = SequenceReplay(
-        cfg.replay.size,
-        cfg.run.envs,
-        cfg.replay.batch,
-        cfg.replay.length,
-        replay_keys([key.name for key in spaces.obs]),
-        seed=cfg.run.seed,
-        storage=cfg.replay.storage,
-        directory=logdir / "replay",
-    )
+    replay = SequenceReplay.from_config(cfg, [key.name for key in spaces.obs], logdir)
     stats = EpisodeStats(achievements)
     ratio = DreamerV3UpdateRatio(cfg.run.train_ratio / (cfg.replay.batch * cfg.replay.length))
 
@@ -194,16 +185,7 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
     evaluation, pool = None, None
     rank = int(os.environ.get("RANK", "0"))  # set by torchrun; only rank 0 evaluates
     if rank == 0 and 0 < cfg.eval.every <= cfg.run.steps:  # an evaluation is due
-        evaluation = EvalRunner(
-            eval_cfg=cfg.eval,
-            env=env,
-            model=model,
-            learner=learner_cfg,
-            spaces=spaces,
-            latent=latent,
-            seed=cfg.run.seed,
-            achievement_names=achievements,
-        )
+        evaluation = EvalRunner.from_config(cfg, env, spaces, achievements)
         pool = RenderPool(pool_size(cfg.eval.render_workers))
         pool.start()
         eval_due = Every(cfg.eval.every, start - start % cfg.eval.every)
@@ -242,14 +224,7 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
             metrics["eval/return"],
             metrics["eval/episodes"],
         )
-        submit_reports(
-            pool,
-            logdir / "eval" / f"{result.step:012d}",
-            result,
-            learning_curves(logdir / "metrics.jsonl"),
-            cfg.env.name,
-            replay_open_loop(agent, replay, evaluation.image, cfg.replay.length),
-        )
+        submit_reports(pool, logdir, result, cfg, agent, replay, evaluation.image)
 
     def save() -> bool:
         state = registry.state_dict() | {"config": OmegaConf.to_container(cfg)}

@@ -12,6 +12,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from dreamer.agent.build import latent_sizes
 from dreamer.collect import env_seeds, make_collector, path_note
 from dreamer.config import load
 from dreamer.envs import make_env
@@ -33,7 +34,7 @@ def received(chunk: int, **collector) -> dict[int, list[tuple[int, int, int]]]:
         model=OmegaConf.to_container(cfg.model),
         learner=OmegaConf.to_container(cfg.learner),
         spaces=spaces,
-        latent=(cfg.model.stoch * cfg.model.classes, cfg.model.deter),
+        latent=latent_sizes(cfg.model),
         envs=ENVS,
         collector=collector_cfg,
         seed=0,

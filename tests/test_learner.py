@@ -2,7 +2,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from dreamer.agent.build import build_agent
+from dreamer.agent.build import build_agent, latent_sizes
 from dreamer.agent.spaces import spaces_from_env
 from dreamer.config import load
 from dreamer.envs import make_env
@@ -14,7 +14,7 @@ WORLD_MODEL_TERMS = ("loss_model_reco", "loss_model_reward", "loss_model_continu
 
 def real_batch(cfg, batch: int, length: int):
     """Random-policy transitions from the real env, cut into [batch, length] windows."""
-    latent = (cfg.model.stoch * cfg.model.classes, cfg.model.deter)
+    latent = latent_sizes(cfg.model)
     env = make_env(OmegaConf.to_container(cfg.env), seed=0, latent=latent)
     spaces = spaces_from_env(env)
     torch.manual_seed(0)

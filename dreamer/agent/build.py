@@ -114,10 +114,16 @@ def _action_spec(spaces: EnvSpaces):
     return Bounded(spaces.action_low, spaces.action_high, (spaces.action_dim,))
 
 
+def latent_sizes(model) -> tuple[int, int]:
+    """(stochastic state size, deterministic belief size) of a ``model`` config node: the
+    latent the acting policy carries from step to step."""
+    return model.stoch * model.classes, model.deter
+
+
 def build_agent(model, learner, spaces: EnvSpaces) -> Agent:
     """Build every network and the DreamerV3 loss from the ``model`` and ``learner``
     config nodes (attribute access: deter, hidden, stoch, classes, ...)."""
-    state_dim = model.stoch * model.classes
+    state_dim, _ = latent_sizes(model)
     features = state_dim + model.deter
     obs_names = [key.name for key in spaces.obs]
 
