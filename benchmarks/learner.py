@@ -36,8 +36,9 @@ sys.path.insert(0, str(ROOT))
 
 from dreamer.agent.build import build_agent  # noqa: E402
 from dreamer.config import load  # noqa: E402
-from dreamer.learner import Learner, resolve_device  # noqa: E402
-from tests.test_learner import real_batch  # noqa: E402
+from dreamer.dist import World  # noqa: E402
+from dreamer.learner import Learner  # noqa: E402
+from tests.batches import real_batch  # noqa: E402
 
 
 class FlopCount(TorchDispatchMode):
@@ -117,7 +118,7 @@ def main() -> int:
     parser.add_argument("--modes", nargs="+", help="default: every mode but CPU compiled")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    device = resolve_device("auto")
+    device = World().device("auto")
     chosen = args.modes or default_modes(device)
     if "torchrl_eager" not in chosen:
         chosen.insert(0, "torchrl_eager")  # the baseline of every ratio

@@ -72,7 +72,16 @@ def latest(logdir: Path) -> Path | None:
 
 
 def load(path: Path) -> dict:
-    return torch.load(path, map_location="cpu", weights_only=False)
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    if "steps" not in state and "episodes" in state:
+        # written before data-parallel runs, when the one rank's workers were the run's
+        state["steps"] = {"env_steps": state["episodes"]["env_steps"]}
+    return state
+
+
+def latest_state(logdir: Path) -> dict | None:
+    found = latest(logdir)
+    return load(found) if found else None
 
 
 class Stateful(Protocol):
@@ -93,9 +102,11 @@ class Registry:
     def state_dict(self) -> dict:
         return {name: part.state_dict() for name, part in self.parts.items()}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, names: tuple[str, ...] | None = None) -> None:
+        """Restore every part, or only those in ``names``."""
         for name, part in self.parts.items():
-            part.load_state_dict(state[name])
+            if names is None or name in names:
+                part.load_state_dict(state[name])
 
 
 class TorchRng:

@@ -72,11 +72,13 @@ def make_collector(
     replay,
     total: int = -1,
     rank: int = 0,
+    gpu: str = "cuda",
 ) -> AsyncBatchedCollector:
     """``collector``: the config's collector node. One env per worker process (the
     default) reaches a dedicated inference process through shared-memory slots and
     sends ``collector.chunk`` transitions per message; ``envs_per_worker > 1`` groups
-    envs in fewer processes, which torchrl then serves from a thread of this process."""
+    envs in fewer processes, which torchrl then serves from a thread of this process.
+    ``rank`` picks this rank's env seeds, ``gpu`` its device for static-batch inference."""
     env_fns = [
         functools.partial(make_env, env, env_seed, latent)
         for env_seed in env_seeds(seed, rank, envs)
@@ -85,7 +87,7 @@ def make_collector(
     grouped = collector["envs_per_worker"] > 1
     max_batch = inference["max_batch"] or envs
     static = max_batch if inference["static_batch"] else None
-    policy_device = "cuda" if static else "cpu"  # CUDA-graph capture needs the policy there
+    policy_device = gpu if static else "cpu"  # CUDA-graph capture needs the policy there
     driver_threads = torch.get_num_threads()  # the probe policy pass changes it
     result = AsyncBatchedCollector(
         env_fns,

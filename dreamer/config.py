@@ -130,6 +130,7 @@ class LearnerConfig:
     repval: float = _f(0.3, ">= 0")
     max_skips: int = _f(10, ">= 0")  # NaN/Inf updates in a row before the run stops
     slow_critic: float = _f(0.02, "(0, 1]")
+    dist_timeout: float = _f(600.0, "> 0")  # s a rank waits in a collective before failing
 
 
 @dataclass
@@ -316,24 +317,53 @@ def check_value(override: str) -> tuple[str, Any]:
     return key, node[name]
 
 
-def _check_learner(learner: DictConfig) -> None:
-    """The update's modes: CUDA graphs and bf16 autocast exist on CUDA only (torchrl's
-    stepper autocasts CUDA only; on a CPU it would silently train in fp32)."""
+def _check_machine(cfg: DictConfig) -> None:
+    """What this machine must offer for the config: CUDA for CUDA graphs, bf16 autocast
+    and static-batch inference (torchrl's stepper autocasts CUDA only; on a CPU it would
+    silently train in fp32), and the minedojo package for env=minedojo."""
     import torch
 
-    cuda = learner.device == "cuda" or (learner.device == "auto" and torch.cuda.is_available())
-    if cuda:
-        return
-    if learner.cudagraph == "true":
+    learner = cfg.learner
+    cuda = torch.cuda.is_available()
+    if learner.device == "cuda" and not cuda:
         raise ConfigError(
-            "learner.cudagraph: CUDA graphs need the learner on CUDA and it runs on the CPU "
-            "here; allowed: auto, false"
+            "learner.device: cuda requested but no CUDA device is available; allowed: auto, cpu"
         )
-    if learner.precision == "bf16":
+    if learner.device == "cpu" or not cuda:
+        if learner.cudagraph == "true":
+            raise ConfigError(
+                "learner.cudagraph: CUDA graphs need the learner on CUDA and it runs on the "
+                "CPU here; allowed: auto, false"
+            )
+        if learner.precision == "bf16":
+            raise ConfigError(
+                "learner.precision: bf16 autocast needs the learner on CUDA and it runs on the "
+                "CPU here; allowed: auto, fp32"
+            )
+    if cfg.collector.inference.static_batch and not cuda:
         raise ConfigError(
-            "learner.precision: bf16 autocast needs the learner on CUDA and it runs on the "
-            "CPU here; allowed: auto, fp32"
+            "collector.inference.static_batch: CUDA-graph inference needs a CUDA device "
+            "and none is available; allowed here: false"
         )
+    if cfg.env.name == "minedojo":
+        import importlib.util
+
+        if importlib.util.find_spec("minedojo") is None:
+            raise ConfigError(
+                "env: minedojo is not installed; install it with pip install -e '.[minedojo]'"
+                " (MineDojo also needs gym 0.21, numpy<2, JDK 8 and xvfb: see README)"
+            )
+
+
+def _check_world(cfg: DictConfig, ranks: int) -> None:
+    """``run.envs`` and ``replay.batch`` are the whole job's; each of ``ranks`` ranks
+    takes an equal share."""
+    for key, value in (("run.envs", cfg.run.envs), ("replay.batch", cfg.replay.batch)):
+        if value % ranks:
+            raise ConfigError(
+                f"{key}: split evenly across the {ranks} ranks of this job, so it must be a "
+                f"multiple of {ranks}; got {value}"
+            )
 
 
 def _check_collector(collector: DictConfig, envs: int) -> None:
@@ -349,19 +379,11 @@ def _check_collector(collector: DictConfig, envs: int) -> None:
             f"collector.envs_per_worker: must divide run.envs ({envs}), "
             f"got {collector.envs_per_worker}"
         )
-    if inference.static_batch:
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError(
-                "collector.inference.static_batch: CUDA-graph inference needs a CUDA device "
-                "and none is available; allowed here: false"
-            )
-        if collector.envs_per_worker > 1:
-            raise ConfigError(
-                "collector.inference.static_batch: needs the process inference server, "
-                "which collector.envs_per_worker > 1 rules out; allowed: false"
-            )
+    if inference.static_batch and collector.envs_per_worker > 1:
+        raise ConfigError(
+            "collector.inference.static_batch: needs the process inference server, "
+            "which collector.envs_per_worker > 1 rules out; allowed: false"
+        )
     if collector.worker_affinity == "spread" and not hasattr(os, "sched_setaffinity"):
         raise ConfigError(
             "collector.worker_affinity: spread needs Linux CPU affinity; allowed here: none"
@@ -384,7 +406,7 @@ def _check_gym_id(env_id: str) -> None:
         raise ConfigError(f"env.id: unknown gymnasium id {env_id!r}")
 
 
-def _validate(cfg: DictConfig) -> None:
+def _validate(cfg: DictConfig, ranks: int) -> None:
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing == ["env.id"]:
         raise ConfigError(f"env.id: required for env={cfg.env.name}; e.g. env.id=CartPole-v1")
@@ -392,36 +414,21 @@ def _validate(cfg: DictConfig) -> None:
         raise ConfigError(f"{missing[0]}: missing value; set it with {missing[0]}=...")
     for section, cls in typing.get_type_hints(Config).items():
         _check_section(section, cls, cfg[section])
-    m, r, envs = cfg.model, cfg.replay, cfg.run.envs
+    _check_world(cfg, ranks)
+    m, r, envs = cfg.model, cfg.replay, cfg.run.envs // ranks
     if m.deter % m.blocks or m.hidden % m.blocks:
         raise ConfigError(
             f"model.blocks: must divide model.deter ({m.deter}) and model.hidden ({m.hidden}),"
             f" got {m.blocks}"
         )
-    if r.size < r.length * envs:
+    if r.size < r.length * cfg.run.envs:
         raise ConfigError(
-            f"replay.size: must be >= replay.length * run.envs ({r.length} * {envs}"
-            f" = {r.length * envs}), got {r.size}"
+            f"replay.size: must be >= replay.length * run.envs ({r.length} * {cfg.run.envs}"
+            f" = {r.length * cfg.run.envs}), got {r.size}"
         )
     _check_collector(cfg.collector, envs)
-    _check_learner(cfg.learner)
     if cfg.env.name in ("cartpole", "gym"):
         _check_gym_id(cfg.env.id)
-    if cfg.env.name == "minedojo":
-        import importlib.util
-
-        if importlib.util.find_spec("minedojo") is None:
-            raise ConfigError(
-                "env: minedojo is not installed; install it with pip install -e '.[minedojo]'"
-                " (MineDojo also needs gym 0.21, numpy<2, JDK 8 and xvfb: see README)"
-            )
-    if cfg.learner.device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError(
-                "learner.device: cuda requested but no CUDA device is available; allowed: auto, cpu"
-            )
 
 
 # --------------------------------------------------------------------------- public API
@@ -441,8 +448,11 @@ def resolved_logdir(cfg: DictConfig) -> Path:
     return Path("runs") / cfg.env.name / time.strftime("%Y%m%d-%H%M%S")
 
 
-def load(overrides: list[str]) -> DictConfig:
-    """Compose conf/config.yaml with Hydra-style ``overrides``, validate, derive, freeze."""
+def load(overrides: list[str], machine: bool = True) -> DictConfig:
+    """Compose conf/config.yaml with Hydra-style ``overrides``, validate, derive, freeze.
+
+    The world size (``WORLD_SIZE`` from torchrun) takes part in validation; ``machine``
+    also checks what this machine must offer (CUDA, the minedojo package)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
@@ -463,7 +473,11 @@ def load(overrides: list[str]) -> DictConfig:
         raise _composition_error(e) from None
     finally:
         GlobalHydra.instance().clear()
-    _validate(cfg)
+    from dreamer.dist import World
+
+    _validate(cfg, World.from_environment().size)
+    if machine:
+        _check_machine(cfg)
     cfg.run.logdir = str(resolved_logdir(cfg))
     OmegaConf.set_struct(cfg, True)
     OmegaConf.set_readonly(cfg, True)
@@ -558,7 +572,8 @@ def from_argv(argv: list[str]) -> DictConfig:
                 overrides.append(arg)
         if show not in (None, "job"):
             raise ConfigError(f"--cfg: unknown option {show!r}; allowed: job")
-        cfg = load(overrides)
+        # --cfg job shows a config for any machine (e.g. a 4-GPU preset on a laptop)
+        cfg = load(overrides, machine=show is None)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

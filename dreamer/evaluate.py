@@ -63,7 +63,7 @@ def evaluate(logdir: Path, reports: bool = False, **eval_overrides) -> EvalResul
     agent = build_agent(cfg.model, cfg.learner, spaces)
     state = checkpoint.load(found)
     agent.loss.load_state_dict(state["learner"]["loss"])
-    step = state["episodes"]["env_steps"]
+    step = state["steps"]["env_steps"]
     runner = EvalRunner.from_config(cfg, env, spaces, achievements)
     try:
         result = runner.run(step, agent.policy)

@@ -9,13 +9,7 @@ from tensordict import TensorDictBase
 from torchrl.trainers.algorithms import DreamerV3OptimizationStepper, DreamerV3Optimizer
 
 from dreamer.agent.build import Agent
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
+from dreamer.dist import GradientAverager, World
 
 _NON_FINITE = re.compile(r"\b(nan|inf)\b", re.IGNORECASE)
 
@@ -33,17 +27,26 @@ class SkippingOptimizer(DreamerV3Optimizer):
     """DreamerV3's optimizer that skips a step whose gradients hold NaN or Inf.
 
     torchrl's stepper calls ``optimizer.step()`` right after backward, outside any
-    captured graph, so this is the one place to refuse a poisoned update.
+    captured graph, so this is the one place to refuse a poisoned update, and the one
+    place to average gradients across ranks (``average``) before they are judged:
+    every rank then sees the same gradients and takes the same decision.
     """
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, average: GradientAverager | None = None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.average = average
         self.skipped = 0
         self.consecutive_skips = 0
 
     @torch.no_grad()
     def step(self, closure=None):
-        grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
+        params = [p for g in self.param_groups for p in g["params"]]
+        if self.average is not None and self.average.world.distributed:
+            for p in params:  # every rank must reduce the same tensors
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+            self.average([p.grad for p in params])
+        grads = [p.grad for p in params if p.grad is not None]
         if not torch.isfinite(torch.stack(torch._foreach_norm(grads)).sum()):
             self.skip()
             return None
@@ -73,16 +76,23 @@ def learner_modes(learner_cfg, device: torch.device) -> dict[str, bool]:
 
 
 class Learner:
-    def __init__(self, agent: Agent, learner_cfg, device: torch.device):
+    """Data parallel across ``world``'s ranks: rank 0's initial weights everywhere, then
+    gradients (and return statistics) averaged before every optimizer step, so the
+    weights stay bit-identical on all ranks."""
+
+    def __init__(self, agent: Agent, learner_cfg, device: torch.device, world: World = World()):
         self.agent = agent
         self.device = device
         self.loss = agent.loss.to(device)
         self.max_skips = learner_cfg.max_skips
+        self._statistics = [b for name, b in self.loss.named_buffers() if "retnorm" in name]
+        world.broadcast_tensors(self.loss.state_dict().values())
         self.optimizer = SkippingOptimizer(
             self.loss.parameters(),
             lr=learner_cfg.lr,
             agc=learner_cfg.grad_clip,
             warmup_steps=learner_cfg.warmup,
+            average=GradientAverager(world, extras=self._statistics),
         )
         self.modes = learner_modes(learner_cfg, device)
         self.stepper = DreamerV3OptimizationStepper(
@@ -96,7 +106,6 @@ class Learner:
         self.updates = 0
         # compiling and capturing happen in the stepper's warm-up, before the first update
         self._warm = not (self.modes["compile"] or self.modes["cudagraph"])
-        self._statistics = [b for name, b in self.loss.named_buffers() if "retnorm" in name]
 
     def update(self, batch: TensorDictBase) -> dict[str, float]:
         """One optimizer step on a [batch, length] replay sample; returns the losses."""
@@ -115,8 +124,7 @@ class Learner:
                 if not _NON_FINITE.search(str(error)):
                     raise
         if metrics is None:
-            self.optimizer.zero_grad(set_to_none=False)
-            self.optimizer.skip()
+            self._skip_update()
         if self.optimizer.skipped > skipped_before:
             # a NaN return would poison the return-normalisation statistics forever
             for buffer, value in zip(self._statistics, saved):
@@ -134,6 +142,19 @@ class Learner:
         }
         result["learner/skipped"] = self.optimizer.skipped
         return result
+
+    def _skip_update(self) -> None:
+        """No usable gradient from this batch: step with NaN gradients, which the
+        optimizer refuses after the all-reduce, so every rank skips this update together
+        (alone, the same skip); the target network steps as on the other ranks."""
+        for parameter in self.loss.parameters():
+            if parameter.grad is None:
+                parameter.grad = torch.full_like(parameter, float("nan"))
+            else:
+                parameter.grad.fill_(float("nan"))
+        self.optimizer.step()
+        if self.agent.target_updater is not None:
+            self.agent.target_updater.step()
 
     def state_dict(self) -> dict:
         return {

@@ -13,10 +13,13 @@ from pathlib import Path
 from tqdm import tqdm
 
 
-def setup_logging() -> None:
+def setup_logging(rank: int = 0) -> None:
+    """INFO lines from rank 0; the other ranks of a data-parallel job log warnings and
+    errors only, each line tagged with its rank."""
+    tag = f"[rank {rank}] " if rank else ""
     logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        level=logging.INFO if rank == 0 else logging.WARNING,
+        format=f"%(asctime)s %(levelname)s {tag}%(name)s: %(message)s",
         stream=sys.stderr,
         force=True,
     )

@@ -44,17 +44,22 @@ def replay_keys(obs_names: list[str]) -> list:
 
 class SequenceReplay:
     @classmethod
-    def from_config(cls, cfg, obs_names: list[str], logdir: Path) -> SequenceReplay:
-        """The run's replay as ``replay.*`` and ``run.envs`` describe it."""
+    def from_config(
+        cls, cfg, obs_names: list[str], logdir: Path, rank: int = 0, ranks: int = 1
+    ) -> SequenceReplay:
+        """The run's replay as ``replay.*`` and ``run.envs`` describe it; with several
+        ranks, this rank's shard: its share of the capacity, of the streams (its env
+        workers) and of the batch."""
+        directory = logdir / "replay"
         return cls(
-            cfg.replay.size,
-            cfg.run.envs,
-            cfg.replay.batch,
+            cfg.replay.size // ranks,
+            cfg.run.envs // ranks,
+            cfg.replay.batch // ranks,
             cfg.replay.length,
             replay_keys(obs_names),
-            seed=cfg.run.seed,
+            seed=cfg.run.seed + rank,
             storage=cfg.replay.storage,
-            directory=logdir / "replay",
+            directory=directory / f"rank{rank}" if ranks > 1 else directory,
         )
 
     def __init__(

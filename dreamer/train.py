@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import os
 import shutil
 import statistics
 import sys
@@ -20,11 +20,12 @@ from dreamer.agent.spaces import spaces_from_env
 from dreamer.checkpoint import RunLock, RunLockedError, StopSignals
 from dreamer.collect import Collection, CollectorError, make_collector, path_note
 from dreamer.config import ConfigError, check_resume, from_argv
+from dreamer.dist import Lockstep, World, process_group
 from dreamer.envs import env_config, make_env
 from dreamer.episodes import EpisodeStats
 from dreamer.evaluation import EvalResult, EvalRunner
 from dreamer.heap import frozen_heap
-from dreamer.learner import Learner, NonFiniteError, resolve_device
+from dreamer.learner import Learner, NonFiniteError
 from dreamer.logs import MetricsWriter, Progress, setup_logging
 from dreamer.render import RenderPool, pool_size
 from dreamer.replay import SequenceReplay
@@ -34,6 +35,7 @@ from dreamer.timing import LoopTimers
 log = logging.getLogger("dreamer")
 REPLACEMENT_SEED_STRIDE = 7_919  # env seeds of a replacement collector's workers
 SPEED_SAMPLE = 5  # updates timed for the CPU speed note
+SHARED_PARTS = ("learner", "ratio", "steps")  # what ranks > 0 take from rank 0's checkpoint
 
 
 class Every:
@@ -93,50 +95,67 @@ def prepare_run_dir(cfg, logdir: Path) -> dict | None:
         check_resume(OmegaConf.to_container(OmegaConf.load(saved_config)), cfg)
     for partial in checkpoint.remove_partial(logdir):
         log.warning("removed %s, a checkpoint write a crash interrupted", partial.name)
-    found = checkpoint.latest(logdir)
-    state = checkpoint.load(found) if found else None
-    MetricsWriter.truncate(logdir, state["episodes"]["env_steps"] if state else 0)
+    state = checkpoint.latest_state(logdir)
+    MetricsWriter.truncate(logdir, state["steps"]["env_steps"] if state else 0)
     OmegaConf.save(cfg, saved_config, resolve=True)
     if state:
-        log.info("resuming from %s at env step %d", found.name, state["episodes"]["env_steps"])
+        log.info("resuming from env step %d", state["steps"]["env_steps"])
     return state
 
 
 def main(argv: list[str] | None = None) -> int:
     """Returns 0 when done, REQUEUE_EXIT after SIGTERM/SIGUSR1 (checkpointed);
-    Ctrl-C checkpoints and raises KeyboardInterrupt; user errors exit 2."""
+    Ctrl-C checkpoints and raises KeyboardInterrupt; user errors exit 2.
+
+    Under torchrun every rank runs this; rank 0 alone owns the run directory (lock,
+    config, metrics, checkpoints) and the others start from its checkpoint."""
     cfg = from_argv(sys.argv[1:] if argv is None else argv)
-    setup_logging()
-    logdir = Path(cfg.run.logdir)
-    created = not logdir.exists()
-    logdir.mkdir(parents=True, exist_ok=True)
+    world = World.from_environment()
+    setup_logging(world.rank)
+    device = world.device(cfg.learner.device)
+    created = False
     try:
-        with RunLock(logdir):
-            state = prepare_run_dir(cfg, logdir)
-            return train(cfg, logdir, state)
+        with process_group(world, device, cfg.learner.dist_timeout):
+            logdir = Path(world.broadcast_object(cfg.run.logdir))  # rank 0's default timestamp
+            if world.main:
+                created = not logdir.exists()
+                logdir.mkdir(parents=True, exist_ok=True)
+            with RunLock(logdir) if world.main else contextlib.nullcontext():
+                state = prepare_run_dir(cfg, logdir) if world.main else None
+                world.barrier()  # rank 0 has checked the run directory and saved the config
+                if not world.main:
+                    state = checkpoint.latest_state(logdir)
+                return train(cfg, logdir, state, world, device)
     except (ConfigError, RunLockedError) as error:
         if created:  # refused before any training: leave no half-created run directory
             shutil.rmtree(logdir, ignore_errors=True)
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {_ranked(world, error)}", file=sys.stderr)
         return 2
     except (NonFiniteError, CollectorError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {_ranked(world, error)}", file=sys.stderr)
         return 1
 
 
-def train(cfg, logdir: Path, resume: dict | None) -> int:
+def _ranked(world: World, error: Exception) -> str:
+    return f"rank {world.rank}: {error}" if world.distributed else str(error)
+
+
+def train(cfg, logdir: Path, resume: dict | None, world: World, device: torch.device) -> int:
     if cfg.learner.threads:
         torch.set_num_threads(cfg.learner.threads)
     env = env_config(OmegaConf.to_container(cfg.env), logdir)
     spaces, achievements = describe_env(env, cfg.run.seed)
     model, learner_cfg = OmegaConf.to_container(cfg.model), OmegaConf.to_container(cfg.learner)
     torch.manual_seed(cfg.run.seed)  # the inference process builds the same weights
-    agent = build_agent(cfg.model, cfg.learner, spaces)
+    agent = build_agent(cfg.model, cfg.learner, spaces, world.size)
     latent = latent_sizes(cfg.model)
-    device = resolve_device(cfg.learner.device)
-    learner = Learner(agent, cfg.learner, device)
-    replay = SequenceReplay.from_config(cfg, [key.name for key in spaces.obs], logdir)
-    stats = EpisodeStats(achievements)
+    learner = Learner(agent, cfg.learner, device, world)
+    obs_names = [key.name for key in spaces.obs]
+    replay = SequenceReplay.from_config(cfg, obs_names, logdir, world.rank, world.size)
+    stats = EpisodeStats(achievements)  # this rank's env workers
+    lockstep = Lockstep(world, device)  # env steps of all ranks
+    # replay.batch is the whole job's batch (each rank samples its share), so the
+    # schedule reads the same at any world size
     ratio = DreamerV3UpdateRatio(cfg.run.train_ratio / (cfg.replay.batch * cfg.replay.length))
 
     def new_collector(replacements: int):
@@ -150,46 +169,49 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
             learner=learner_cfg,
             spaces=spaces,
             latent=latent,
-            envs=cfg.run.envs,
+            envs=cfg.run.envs // world.size,
             collector=OmegaConf.to_container(cfg.collector),
             seed=cfg.run.seed + REPLACEMENT_SEED_STRIDE * replacements,
             replay=replay,
-            total=cfg.run.steps - stats.env_steps,
+            total=cfg.run.steps - lockstep.env_steps,  # the loop stops at run.steps before
+            rank=world.rank,
+            gpu=str(device) if device.type == "cuda" else "cuda",
         )
         collector.post_collect_hook = stats
         collector.update_policy_weights_(agent.policy)
         return collector
 
     note = path_note(bool(spaces.image_keys))
-    if note:
+    if note and world.main:
         log.warning(note)
     collection = Collection(new_collector)
     registry = checkpoint.Registry()
     for name, part in (
         ("learner", learner),
         ("ratio", ratio),
+        ("steps", lockstep),
         ("episodes", stats),
         ("replay", replay),
         ("collection", collection),
         ("rng", checkpoint.TorchRng()),
     ):
         registry.register(name, part)
-    if resume:
-        registry.load_state_dict(resume)
-    start = stats.env_steps
+    if resume:  # other ranks keep their own workers' parts (replay shard, episodes, rng)
+        registry.load_state_dict(resume, None if world.main else SHARED_PARTS)
+    lockstep.start(stats.env_steps)
+    start = lockstep.env_steps
     if start >= cfg.run.steps:
         log.info("nothing to do: %d env steps already done (run.steps=%d)", start, cfg.run.steps)
         return 0
     collection.start()
-    metrics_writer = MetricsWriter(logdir)
+    metrics_writer = MetricsWriter(logdir) if world.main else None
     evaluation, pool = None, None
-    rank = int(os.environ.get("RANK", "0"))  # set by torchrun; only rank 0 evaluates
-    if rank == 0 and 0 < cfg.eval.every <= cfg.run.steps:  # an evaluation is due
+    if world.main and 0 < cfg.eval.every <= cfg.run.steps:  # an evaluation is due
         evaluation = EvalRunner.from_config(cfg, env, spaces, achievements)
         pool = RenderPool(pool_size(cfg.eval.render_workers))
         pool.start()
         eval_due = Every(cfg.eval.every, start - start % cfg.eval.every)
-    progress = Progress(cfg.run.steps, initial=start, enabled=cfg.run.progress)
+    progress = Progress(cfg.run.steps, initial=start, enabled=cfg.run.progress and world.main)
     log_due = Every(cfg.run.log_every, start - start % cfg.run.log_every)
     save_due = Every(cfg.run.save_every, time.monotonic())
     losses: dict[str, float] = {}
@@ -200,9 +222,9 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
         now = time.perf_counter()
         elapsed = max(now - interval["time"], 1e-9)
         row = {
-            "env_steps": stats.env_steps,
+            "env_steps": lockstep.env_steps,
             "updates": learner.updates,
-            "env_steps_per_s": (stats.env_steps - interval["steps"]) / elapsed,
+            "env_steps_per_s": (lockstep.env_steps - interval["steps"]) / elapsed,
             "updates_per_s": (learner.updates - interval["updates"]) / elapsed,
             "replay/size": len(replay),
             "policy_version": collection.policy_version,
@@ -211,8 +233,8 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
             **gc_stats.metrics(),
             **timers.flush(),
         }
-        metrics_writer.write(stats.env_steps, row)
-        interval.update(time=now, steps=stats.env_steps, updates=learner.updates)
+        metrics_writer.write(lockstep.env_steps, row)
+        interval.update(time=now, steps=lockstep.env_steps, updates=learner.updates)
 
     def report(result: EvalResult) -> None:
         """Log an evaluation's metrics and queue its reports on the render pool."""
@@ -229,7 +251,7 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
     def save() -> bool:
         state = registry.state_dict() | {"config": OmegaConf.to_container(cfg)}
         try:
-            path = checkpoint.save(logdir, stats.env_steps, state, keep=cfg.run.keep)
+            path = checkpoint.save(logdir, lockstep.env_steps, state, keep=cfg.run.keep)
         except checkpoint.CheckpointError as error:
             log.error("%s; the previous checkpoint is kept, retrying at the next interval", error)
             return False
@@ -239,31 +261,35 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
     log.info("training %s on %s, logging to %s", cfg.model.name, cfg.env.name, logdir)
     timers = LoopTimers()
     finished = False  # reached run.steps: a pending evaluation is waited for
+    stopping = False  # a stop signal reached some rank
     try:
         with StopSignals() as stop, frozen_heap(freeze=cfg.run.gc_freeze) as gc_stats:
             for _ in timers.waiting(collection):
-                steps = stats.env_steps
-                if steps >= cfg.run.train_starts and replay.can_sample():
+                steps, stopping, ready = lockstep(
+                    stats.env_steps, bool(stop.received), replay.can_sample()
+                )
+                if steps >= cfg.run.train_starts and ready:
                     for _ in range(ratio(steps)):
                         with timers.phase("sample"):
                             batch = replay.sample()
                         started = time.perf_counter()
                         losses = learner.update(batch)
                         timers.add("update", time.perf_counter() - started)
-                        if device.type == "cpu" and len(first_updates) < SPEED_SAMPLE:
+                        timing_note = world.main and device.type == "cpu"
+                        if timing_note and len(first_updates) < SPEED_SAMPLE:
                             first_updates.append(time.perf_counter() - started)
                             if len(first_updates) == SPEED_SAMPLE:  # the 1st one is slower
                                 log.info(cpu_speed_note(statistics.median(first_updates), cfg))
                         if learner.updates % cfg.collector.sync_every == 0:
                             with timers.phase("sync"):
                                 collection.current.update_policy_weights_(agent.policy)
-                        if stop.received:
+                        if stop.received and not world.distributed:  # ranks stop in lockstep
                             break
                 progress.update(steps, learner.updates)
                 with timers.phase("log"):
-                    if log_due(steps) or steps >= cfg.run.steps:
+                    if world.main and (log_due(steps) or steps >= cfg.run.steps):
                         write_metrics()
-                    if save_due(time.monotonic()):
+                    if world.main and save_due(time.monotonic()):
                         save()
                 if evaluation is not None:
                     with timers.phase("eval"):
@@ -271,29 +297,32 @@ def train(cfg, logdir: Path, resume: dict | None) -> int:
                             evaluation.trigger(steps, agent.policy)
                         if (result := evaluation.poll()) is not None:
                             report(result)
-                if steps >= cfg.run.steps or stop.received:
+                if steps >= cfg.run.steps or stopping:
                     break
-            finished = not stop.received
+            finished = not stopping
     finally:
         collection.shutdown()
         progress.close()
-        saved = save()
+        saved = save() if world.main else True
         if evaluation is not None:
             if finished and (result := evaluation.finish()) is not None:
                 report(result)
             evaluation.shutdown()
             pool.close()
-        metrics_writer.close()
+        if metrics_writer is not None:
+            metrics_writer.close()
         log.info(timers.summary())
     if not saved:
         log.error("the final checkpoint could not be written; a rerun resumes from the last one")
         return 1
-    if stop.received:
+    if not finished:
         log.info(
-            "stopped by signal %d at env step %d; rerun to resume", stop.received, stats.env_steps
+            "stopped by signal %s at env step %d; rerun to resume",
+            stop.received or "(on another rank)",
+            lockstep.env_steps,
         )
         return checkpoint.REQUEUE_EXIT
-    log.info("done: %d env steps, %d updates", stats.env_steps, learner.updates)
+    log.info("done: %d env steps, %d updates", lockstep.env_steps, learner.updates)
     return 0
 
 

@@ -4,8 +4,12 @@ Importing this module registers ``Faulty-v0``; the trainer takes it as
 ``env=gym env.id=tests.faulty_env:Faulty-v0`` (gymnasium imports the module first).
 """
 
+import os
+
 import gymnasium
 import numpy as np
+
+from dreamer.envs.restarts import EnvFatalError
 
 
 class FaultyEnv(gymnasium.Env):
@@ -43,3 +47,16 @@ class BrokenEnv(gymnasium.Env):
 
 
 gymnasium.register("Broken-v0", entry_point=BrokenEnv)
+
+
+class RankFaultEnv(FaultyEnv):
+    """Healthy on every rank but rank 1 of a torchrun job, where the first step fails
+    in a way recreating the env cannot fix: that rank's collection fails for good."""
+
+    def step(self, action):
+        if os.environ.get("RANK") == "1":
+            raise EnvFatalError("rank fault env: the simulator on rank 1 is gone")
+        return super().step(action)
+
+
+gymnasium.register("RankFault-v0", entry_point=RankFaultEnv)

@@ -2,30 +2,13 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from dreamer.agent.build import build_agent, latent_sizes
-from dreamer.agent.spaces import spaces_from_env
+from dreamer.agent.build import build_agent
 from dreamer.config import load
 from dreamer.envs import make_env
 from dreamer.learner import Learner, NonFiniteError, learner_modes
-from dreamer.replay import SequenceReplay, replay_keys
+from tests.batches import real_batch
 
 WORLD_MODEL_TERMS = ("loss_model_reco", "loss_model_reward", "loss_model_continue")
-
-
-def real_batch(cfg, batch: int, length: int):
-    """Random-policy transitions from the real env, cut into [batch, length] windows."""
-    latent = latent_sizes(cfg.model)
-    env = make_env(OmegaConf.to_container(cfg.env), seed=0, latent=latent)
-    spaces = spaces_from_env(env)
-    torch.manual_seed(0)
-    rollout = env.rollout(batch * length, break_when_any_done=False)
-    env.close()
-    rollout.set("env_index", torch.zeros(rollout.shape[0], dtype=torch.long))
-    replay = SequenceReplay(
-        batch * length, 1, batch, length, replay_keys([k.name for k in spaces.obs])
-    )
-    replay.extend(rollout)
-    return spaces, replay.sample()
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import torch
 from dreamer.agent.build import build_agent
 from dreamer.config import load
 from dreamer.reports import open_loop
-from tests.test_learner import real_batch
+from tests.batches import real_batch
 
 
 def test_open_loop_ignores_observations_after_the_context():

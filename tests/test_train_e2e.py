@@ -178,22 +178,6 @@ def test_smoke_evaluates_periodically_and_writes_every_report(smoke_run):
     assert result.stderr.count("eval at env step") == len(evals)
 
 
-def test_only_rank_0_evaluates(tmp_path):
-    overrides = ["experiment=smoke", "env=cue", "run.steps=300", "run.train_starts=100"]
-    overrides += ["eval.every=100", "eval.episodes=1", "eval.render_workers=0"]
-    for rank in (1, 0):
-        logdir = tmp_path / f"rank{rank}"
-        environment = dict(os.environ, RANK=str(rank))
-        command = [sys.executable, "-m", "dreamer.train", *overrides, f"run.logdir={logdir}"]
-        result = subprocess.run(command, env=environment, capture_output=True, timeout=300)
-        assert result.returncode == 0, result.stderr[-3000:]
-        evals = read_metrics(logdir, "eval")
-        # a trigger while the previous evaluation still runs is skipped, and logged
-        skipped = result.stderr.decode().count("skipped: the one at step")
-        assert len(evals) + skipped == (3 if rank == 0 else 0) and (rank or evals)
-        assert (logdir / "eval").exists() == (rank == 0)
-
-
 def test_evaluate_writes_reports_for_the_latest_checkpoint(smoke_run, tmp_path):
     logdir = tmp_path / "run"
     shutil.copytree(smoke_run[0], logdir, ignore=shutil.ignore_patterns("eval"))

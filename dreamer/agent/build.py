@@ -120,9 +120,11 @@ def latent_sizes(model) -> tuple[int, int]:
     return model.stoch * model.classes, model.deter
 
 
-def build_agent(model, learner, spaces: EnvSpaces) -> Agent:
+def build_agent(model, learner, spaces: EnvSpaces, ranks: int = 1) -> Agent:
     """Build every network and the DreamerV3 loss from the ``model`` and ``learner``
-    config nodes (attribute access: deter, hidden, stoch, classes, ...)."""
+    config nodes (attribute access: deter, hidden, stoch, classes, ...). ``ranks``:
+    data-parallel ranks sharing an update, each imagining from its share of
+    ``learner.imag_starts``."""
     state_dim, _ = latent_sizes(model)
     features = state_dim + model.deter
     obs_names = [key.name for key in spaces.obs]
@@ -247,7 +249,9 @@ def build_agent(model, learner, spaces: EnvSpaces) -> Agent:
     repval = learner.repval if not learner.imag_starts else 0.0
     loss = DreamerV3Loss(
         model_loss,
-        ImagineFromSubset(actor_loss, learner.imag_starts) if learner.imag_starts else actor_loss,
+        ImagineFromSubset(actor_loss, max(1, learner.imag_starts // ranks))
+        if learner.imag_starts
+        else actor_loss,
         value_loss,
         replay_value_loss_weight=repval,
         continuation_horizon=learner.return_horizon,

@@ -1,0 +1,167 @@
+"""Data-parallel training with ``torch.distributed``: which rank this process is, the
+process group, one gradient all-reduce per update and the loop's lockstep.
+
+torchrl's ``DreamerV3OptimizationStepper`` refuses distributed execution, so the
+averaging lives here: ``SkippingOptimizer.step`` calls :class:`GradientAverager`, and
+the stepper runs ``optimizer.step()`` after the (compiled, CUDA-graph captured)
+forward/backward, i.e. outside the graph, where a collective is allowed.
+
+Launch: ``torchrun`` sets ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` and
+``MASTER_ADDR``/``MASTER_PORT`` (also for ``--rdzv-endpoint``), so one node, several GPUs
+and several nodes need no code change. ``srun`` without torchrun works too when the
+batch script exports ``MASTER_ADDR``/``MASTER_PORT``: then ``SLURM_PROCID``/
+``SLURM_NTASKS``/``SLURM_LOCALID`` name the rank.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as tdist
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.size > 1
+
+    @property
+    def main(self) -> bool:
+        """Rank 0: the one that logs, evaluates and checkpoints."""
+        return self.rank == 0
+
+    @classmethod
+    def from_environment(cls) -> World:
+        env = os.environ
+        if "WORLD_SIZE" in env:  # torchrun (or any launcher speaking its protocol)
+            return cls(
+                int(env.get("RANK", "0")), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", "0"))
+            )
+        if int(env.get("SLURM_NTASKS", "1")) > 1 and "MASTER_ADDR" in env:  # srun, no torchrun
+            local = int(env.get("SLURM_LOCALID", "0"))
+            return cls(int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), local)
+        return cls()
+
+    def device(self, name: str) -> torch.device:
+        """``learner.device`` for this rank: ``auto``/``cuda`` mean this rank's own GPU."""
+        cuda = name == "cuda" or (name == "auto" and torch.cuda.is_available())
+        if not cuda:
+            return torch.device("cpu")
+        return torch.device("cuda", self.local_rank if self.distributed else 0)
+
+    # ------------------------------------------------------------------ collectives
+
+    def broadcast_object(self, value):
+        """Rank 0's ``value`` on every rank (e.g. a default run directory's timestamp)."""
+        if not self.distributed:
+            return value
+        holder = [value]
+        tdist.broadcast_object_list(holder, src=0)
+        return holder[0]
+
+    def broadcast_tensors(self, tensors: Iterable[torch.Tensor]) -> None:
+        """Rank 0's values into every rank's ``tensors``, in place."""
+        if self.distributed:
+            for tensor in tensors:
+                tdist.broadcast(tensor, src=0)
+
+    def barrier(self) -> None:
+        if self.distributed:
+            tdist.barrier()
+
+
+@contextlib.contextmanager
+def process_group(world: World, device: torch.device, timeout_s: float) -> Iterator[None]:
+    """The default process group for the run (NCCL on CUDA, gloo on the CPU).
+
+    ``timeout_s`` bounds every collective: a rank whose peer died or hangs raises
+    instead of waiting forever (torchrun also stops the others when one rank exits)."""
+    if not world.distributed:
+        yield
+        return
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    tdist.init_process_group(
+        "nccl" if device.type == "cuda" else "gloo",
+        rank=world.rank,
+        world_size=world.size,
+        timeout=datetime.timedelta(seconds=timeout_s),
+        device_id=device if device.type == "cuda" else None,
+    )
+    try:
+        yield
+    finally:
+        tdist.destroy_process_group()
+
+
+class GradientAverager:
+    """The mean over ranks of every gradient (and of ``extras``, e.g. the return
+    normalisation statistics each rank updated from its own batch), as one bucketed
+    all-reduce per dtype and device: in practice one all-reduce per update."""
+
+    def __init__(self, world: World, extras: Iterable[torch.Tensor] = ()):
+        self.world = world
+        self.extras = list(extras)
+
+    def __call__(self, tensors: list[torch.Tensor]) -> None:
+        if not self.world.distributed:
+            return
+        buckets: dict[tuple, list[torch.Tensor]] = {}
+        for tensor in [*tensors, *self.extras]:
+            buckets.setdefault((tensor.device, tensor.dtype), []).append(tensor)
+        for bucket in buckets.values():
+            flat = torch.cat([tensor.reshape(-1) for tensor in bucket])
+            tdist.all_reduce(flat)
+            flat /= self.world.size
+            parts = flat.split([tensor.numel() for tensor in bucket])
+            torch._foreach_copy_(bucket, [p.view_as(t) for p, t in zip(parts, bucket)])
+
+
+class Lockstep:
+    """The loop's decisions, taken by all ranks together.
+
+    Once per loop iteration every rank contributes the env steps its own workers took,
+    whether it got a stop signal and whether its replay shard can be sampled; one
+    all-reduce gives every rank the same totals, so all run the same number of updates
+    (each with its gradient all-reduce) and leave the loop at the same iteration.
+    ``env_steps`` counts the steps of all ranks; it is what the run's schedule, logs and
+    checkpoints use. Alone (one rank) it is the worker steps themselves.
+    """
+
+    def __init__(self, world: World, device: torch.device):
+        self.world = world
+        self.device = device
+        self.env_steps = 0  # all ranks' steps, as of the last call (or the checkpoint)
+        self._base = 0  # env_steps when this process started (or resumed)
+        self._local_base = 0  # this rank's own worker steps then
+
+    def start(self, local_steps: int) -> None:
+        self._base, self._local_base = self.env_steps, local_steps
+
+    def __call__(self, local_steps: int, stop: bool, ready: bool) -> tuple[int, bool, bool]:
+        """(env steps of all ranks, any rank stopping, every rank's replay ready)."""
+        mine = local_steps - self._local_base
+        if self.world.distributed:
+            totals = torch.tensor(
+                [mine, float(stop), float(not ready)], dtype=torch.float64, device=self.device
+            )
+            tdist.all_reduce(totals)
+            mine, stop, ready = int(totals[0]), bool(totals[1]), not bool(totals[2])
+        self.env_steps = self._base + mine
+        return self.env_steps, stop, ready
+
+    def state_dict(self) -> dict:
+        return {"env_steps": self.env_steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.env_steps = state["env_steps"]
