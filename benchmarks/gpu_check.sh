@@ -33,6 +33,18 @@ timeout 120 .venv/bin/python -m dreamer.train experiment=smoke run.steps=1100 ev
   learner.device=cuda learner.compile=true learner.cudagraph=true learner.precision=bf16 \
   run.logdir="$OUT/smoke" run.progress=false 2>&1 | tail -n 3 | tee "$OUT/smoke.txt"
 
+# NCCL data parallel (needs 2 GPUs: NCCL refuses two ranks on one device): 20 updates
+# on 2 ranks leave bit-identical weights.
+if [ "$(.venv/bin/python -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
+  timeout 120 .venv/bin/python -m torch.distributed.run --standalone --nproc_per_node=2 \
+    -m tests.ddp_updates "$OUT/nccl" --batch 4 --updates 20 --device cuda >/dev/null 2>&1 \
+    && .venv/bin/python -c "import torch; a, b = (torch.load(f'$OUT/nccl/rank{r}.pt')['loss'] for r in (0, 1)); \
+print('nccl 2 ranks, 20 updates, identical weights:', all(torch.equal(a[k], b[k]) for k in a))" \
+    | tee "$OUT/nccl.txt" || echo "nccl: failed" | tee "$OUT/nccl.txt"
+else
+  echo "nccl: skipped, one GPU (NCCL needs a device per rank)" | tee "$OUT/nccl.txt"
+fi
+
 # Collection in the many-core regime: 16 env workers on the 16 cores.
 timeout 90 .venv/bin/python benchmarks/collect.py --envs crafter --models size1m \
   --workers 16 --seconds 8 --json "$OUT/collect16.json" | tee "$OUT/collect16.txt"
@@ -41,4 +53,5 @@ echo
 echo "== summary"
 for f in "$OUT"/learner-*.txt; do grep -A6 "GFLOP per update" "$f" || true; done
 cat "$OUT/smoke.txt"
+cat "$OUT/nccl.txt"
 tail -n 3 "$OUT/collect16.txt"

@@ -7,8 +7,12 @@ Modes, each on a fresh agent with the same weights and the same real Crafter bat
                            eager fp32 (the baseline)
   ours                     the project's learner as configured for this device
                            (learner.compile/cudagraph/precision = auto)
+  fewer_starts             CPU: the project's learner imagining from a quarter of the
+                           replayed states (learner.imag_starts = batch x length / 4, an
+                           option of the DreamerV3 recipe)
   compiled                 the project's learner with learner.compile=true; on the CPU
                            only with --modes (compiling takes ~4 minutes there)
+  compiled_fewer_starts    CPU, with --modes: both
   eager_fp32               CUDA only: compile, CUDA graph and bf16 off
   compiled_cudagraph_bf16  CUDA only: all three on
 Prints updates/s, replayed steps/s (batch x length per update) and achieved FLOP/s,
@@ -75,7 +79,7 @@ class TorchrlStepper:
         self.stepper.step(None, batch.to(self.device))
 
 
-def modes(device: torch.device) -> dict[str, list[str]]:
+def modes(device: torch.device, starts: int) -> dict[str, list[str]]:
     """Mode name -> learner overrides (None: torchrl's own stepper)."""
     if device.type == "cuda":
         return {
@@ -86,11 +90,20 @@ def modes(device: torch.device) -> dict[str, list[str]]:
             "compiled_cudagraph_bf16": ["learner.compile=true", "learner.cudagraph=true"]
             + ["learner.precision=bf16"],
         }
-    return {"torchrl_eager": None, "ours": [], "compiled": ["learner.compile=true"]}
+    fewer = [f"learner.imag_starts={starts}"]
+    return {
+        "torchrl_eager": None,
+        "ours": [],
+        "fewer_starts": fewer,
+        "compiled": ["learner.compile=true"],
+        "compiled_fewer_starts": ["learner.compile=true", *fewer],
+    }
 
 
 def default_modes(device: torch.device) -> list[str]:
-    return list(modes(device)) if device.type == "cuda" else ["torchrl_eager", "ours"]
+    if device.type == "cuda":
+        return list(modes(device, 0))
+    return ["torchrl_eager", "ours", "fewer_starts"]
 
 
 def measure(make, batch, updates: int, device: torch.device) -> tuple[float, float]:
@@ -136,7 +149,7 @@ def main() -> int:
         TorchrlStepper(agent(), cfg, torch.device("cpu")).update(batch)
     flops = counter.total
     results = {}
-    for name, overrides in modes(device).items():
+    for name, overrides in modes(device, args.batch * args.length // 4).items():
         if name not in chosen:
             continue
         if overrides is None:

@@ -22,6 +22,9 @@ from filelock import FileLock, Timeout
 PREFIX = "checkpoint-"
 REQUEUE_EXIT = 75  # EX_TEMPFAIL: checkpointed after SIGTERM/SIGUSR1; rerun to resume
 INTERRUPT_EXIT = 130  # checkpointed after Ctrl-C
+# Left in the run directory by rank 0 with REQUEUE_EXIT: torchrun reports any worker's
+# non-zero code as 1, so a batch script learns of a checkpointed stop from this file.
+STOPPED_FILE = "stopped"
 
 
 def checkpoint_dir(logdir: Path) -> Path:

@@ -93,13 +93,15 @@ def prepare_run_dir(cfg, logdir: Path) -> dict | None:
     saved_config = logdir / "config.yaml"
     if saved_config.exists():
         check_resume(OmegaConf.to_container(OmegaConf.load(saved_config)), cfg)
+    (logdir / checkpoint.STOPPED_FILE).unlink(missing_ok=True)  # a stop of an earlier run
     for partial in checkpoint.remove_partial(logdir):
         log.warning("removed %s, a checkpoint write a crash interrupted", partial.name)
-    state = checkpoint.latest_state(logdir)
+    found = checkpoint.latest(logdir)
+    state = checkpoint.load(found) if found else None
     MetricsWriter.truncate(logdir, state["steps"]["env_steps"] if state else 0)
     OmegaConf.save(cfg, saved_config, resolve=True)
     if state:
-        log.info("resuming from env step %d", state["steps"]["env_steps"])
+        log.info("resuming from %s at env step %d", found.name, state["steps"]["env_steps"])
     return state
 
 
@@ -316,11 +318,13 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device: torch.de
         log.error("the final checkpoint could not be written; a rerun resumes from the last one")
         return 1
     if not finished:
-        log.info(
-            "stopped by signal %s at env step %d; rerun to resume",
-            stop.received or "(on another rank)",
-            lockstep.env_steps,
+        message = (
+            f"stopped by signal {stop.received or '(on another rank)'} "
+            f"at env step {lockstep.env_steps}"
         )
+        if world.main:
+            (logdir / checkpoint.STOPPED_FILE).write_text(message + "\n")
+        log.info("%s; rerun to resume", message)
         return checkpoint.REQUEUE_EXIT
     log.info("done: %d env steps, %d updates", lockstep.env_steps, learner.updates)
     return 0

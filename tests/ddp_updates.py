@@ -53,6 +53,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, required=True, help="rows per rank")
     parser.add_argument("--updates", type=int, required=True)
     parser.add_argument("--same-draws", action="store_true")
+    parser.add_argument("--device", default="cpu", help="cpu (gloo) or cuda (NCCL, a GPU a rank)")
     args = parser.parse_args()
     world = World.from_environment()
     cfg = load(["experiment=smoke", "env=cartpole", "learner.imag_starts=0"])
@@ -60,7 +61,7 @@ def main() -> None:
     for update in range(args.updates):
         spaces, batch = real_batch(cfg, world.size * args.batch, cfg.replay.length, seed=update)
         batches.append(batch[world.rank * args.batch : (world.rank + 1) * args.batch])
-    device = torch.device("cpu")
+    device = world.device(args.device)
     with process_group(world, device, timeout_s=120):
         torch.manual_seed(0)
         learner = Learner(build_agent(cfg.model, cfg.learner, spaces), cfg.learner, device, world)
@@ -72,6 +73,7 @@ def main() -> None:
             for batch in batches:
                 learner.update(batch)
         state = {"loss": learner.loss.state_dict(), "batch": batches[0]["action"]}
+        state = torch.utils._pytree.tree_map(lambda t: t.cpu(), state)
         torch.save(state, args.out / f"rank{world.rank}.pt")
 
 

@@ -1,0 +1,115 @@
+"""The SLURM batch scripts on a real one-node SLURM cluster (slurmctld + slurmd + munge,
+started for these tests by tests/slurm_cluster.sh and stopped by pid afterwards).
+
+If the cluster cannot start, these tests fail with the daemon logs: never skipped.
+"""
+
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from dreamer import checkpoint
+from tests.runs import read_metrics
+
+ROOT = Path(__file__).resolve().parent.parent
+CLUSTER = ROOT / "tests" / "slurm_cluster.sh"
+SMOKE = ["experiment=smoke", "eval.every=0", "run.progress=false"]
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    """The environment that reaches the test cluster (SLURM_CONF)."""
+    directory = tmp_path_factory.mktemp("slurm")
+    try:
+        up = subprocess.run(
+            ["bash", str(CLUSTER), "up", str(directory)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if up.returncode != 0:
+            pytest.fail(f"the SLURM test cluster did not start:\n{up.stdout}\n{up.stderr}")
+        yield {**os.environ, "SLURM_CONF": up.stdout.strip().splitlines()[-1]}
+    finally:
+        subprocess.run(["bash", str(CLUSTER), "down", str(directory)], timeout=60)
+
+
+def submit(slurm: dict, *overrides: str) -> str:
+    result = subprocess.run(
+        ["sbatch", "--parsable", "slurm/dreamer-cpu.sbatch", *overrides],
+        cwd=ROOT,
+        env=slurm,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().split(";")[0]
+
+
+def job(slurm: dict, job_id: str) -> dict[str, str]:
+    shown = subprocess.run(
+        ["scontrol", "show", "job", "-o", job_id],
+        env=slurm,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return dict(re.findall(r"(\w+)=(\S*)", shown.stdout))
+
+
+def wait_until_done(slurm: dict, job_id: str, logdir: Path, timeout: float = 400) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = job(slurm, job_id)
+        if state.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
+            return state
+        time.sleep(2)
+    subprocess.run(["scancel", job_id], env=slurm, timeout=30)
+    output = logdir / f"slurm-{job_id}.out"
+    pytest.fail(f"job {job_id} not done in {timeout} s:\n{output.read_text()[-3000:]}")
+
+
+def test_cpu_smoke_job_writes_a_checkpoint_and_complete_metrics(slurm, tmp_path):
+    logdir = tmp_path / "run"
+    job_id = submit(slurm, *SMOKE, "run.steps=800", f"run.logdir={logdir}")
+    state = wait_until_done(slurm, job_id, logdir)
+    output = (logdir / f"slurm-{job_id}.out").read_text()
+    assert state["JobState"] == "COMPLETED", output[-3000:]
+    assert "trainer exit code 0" in output
+    steps = [row["env_steps"] for row in read_metrics(logdir)]
+    assert steps == sorted(set(steps)) and steps[-1] >= 800
+    gaps = [after - before for before, after in zip([0, *steps], steps)]
+    assert len(steps) >= 3 and max(gaps) < 2 * 250  # a row every log interval (250)
+    saved = checkpoint.load(checkpoint.latest(logdir))
+    assert saved["steps"]["env_steps"] == steps[-1]
+
+
+def test_preempted_job_checkpoints_is_requeued_and_resumes_without_duplicates(slurm, tmp_path):
+    logdir = tmp_path / "run"
+    job_id = submit(slurm, *SMOKE, "run.steps=1400", f"run.logdir={logdir}")
+    output = logdir / f"slurm-{job_id}.out"
+    deadline = time.monotonic() + 180
+    while "learner update takes" not in (output.read_text() if output.exists() else ""):
+        assert time.monotonic() < deadline, output.read_text()[-3000:]
+        time.sleep(1)
+    # what SLURM sends --signal=B:USR1@<lead> ahead of a time limit or preemption
+    subprocess.run(["scancel", "--signal=USR1", "--batch", job_id], env=slurm, check=True)
+    state = wait_until_done(slurm, job_id, logdir)
+    text = output.read_text()
+    assert state["JobState"] == "COMPLETED" and state["Restarts"] == "1", text[-3000:]
+    stopped = re.search(r"stopped by signal 10 at env step (\d+); requeueing", text)
+    assert stopped, text[-3000:]
+    step = int(stopped.group(1))
+    assert 0 < step < 1400
+    assert (checkpoint.checkpoint_dir(logdir) / f"checkpoint-{step:012d}.pt").exists()
+    runs = text.split("SLURM_RESTART_COUNT=")
+    assert [run.split()[0] for run in runs[1:]] == ["unset", "1"]
+    assert f"resuming from checkpoint-{step:012d}.pt at env step {step}" in runs[2]
+    steps = [row["env_steps"] for row in read_metrics(logdir)]
+    assert steps == sorted(set(steps)) and steps[-1] >= 1400
+    assert not (logdir / checkpoint.STOPPED_FILE).exists()
