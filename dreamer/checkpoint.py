@@ -20,7 +20,7 @@ import torch
 from filelock import FileLock, Timeout
 
 PREFIX = "checkpoint-"
-REQUEUE_EXIT = 75  # EX_TEMPFAIL: checkpointed after SIGTERM/SIGUSR1; rerun to resume
+REQUEUE_EXIT = 75  # EX_TEMPFAIL: checkpointed after SIGTERM/SIGUSR1/SIGUSR2; rerun to resume
 INTERRUPT_EXIT = 130  # checkpointed after Ctrl-C
 # Left in the run directory by rank 0 with REQUEUE_EXIT: torchrun reports any worker's
 # non-zero code as 1, so a batch script learns of a checkpointed stop from this file.
@@ -156,9 +156,10 @@ class RunLock:
 
 
 class StopSignals:
-    """Turns SIGTERM/SIGUSR1 into a flag the loop checks between updates."""
+    """Turns SIGTERM/SIGUSR1/SIGUSR2 into a flag the loop checks between updates
+    (SLURM's preemption signal is USR1 in slurm/*.sbatch, USR2 from submitit)."""
 
-    SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 
     def __init__(self):
         self.received: int | None = None

@@ -23,7 +23,9 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("env", "model", "experiment")  # config groups: directories under conf/
-USAGE = "usage: python -m dreamer.train [-h] [--cfg job] [group=option ...] [section.key=value ...]"
+USAGE = (
+    "usage: python -m dreamer.train [-h] [--cfg job] [-m] [group=option ...] [section.key=value ...]"
+)
 
 
 def _f(default: Any = MISSING, check: str | None = None, choices: tuple[str, ...] = ()) -> Any:

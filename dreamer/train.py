@@ -331,6 +331,10 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device: torch.de
 
 
 def cli() -> int:
+    if {"-m", "--multirun"} & set(sys.argv[1:]):  # a sweep: Hydra runs main() per job
+        from dreamer import sweep
+
+        return sweep.main(sys.argv[1:])
     try:
         return main()
     except KeyboardInterrupt:

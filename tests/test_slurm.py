@@ -7,10 +7,12 @@ If the cluster cannot start, these tests fail with the daemon logs: never skippe
 import os
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from dreamer import checkpoint
 from tests.runs import read_metrics
@@ -113,3 +115,26 @@ def test_preempted_job_checkpoints_is_requeued_and_resumes_without_duplicates(sl
     steps = [row["env_steps"] for row in read_metrics(logdir)]
     assert steps == sorted(set(steps)) and steps[-1] >= 1400
     assert not (logdir / checkpoint.STOPPED_FILE).exists()
+
+
+def test_sweep_submits_one_slurm_job_per_combination(slurm, tmp_path):
+    sweep = tmp_path / "sweep"
+    overrides = ["experiment=smoke", "env=cue", "run.steps=200", "run.train_starts=100"]
+    overrides += ["eval.every=0", "run.progress=false", "run.seed=0,1"]
+    result = subprocess.run(
+        [sys.executable, "-m", "dreamer.train", "-m", "hydra/launcher=slurm", *overrides]
+        + [f"hydra.sweep.dir={sweep}"],
+        cwd=ROOT,
+        env=slurm,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = [path for path in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+_\d", path.name)]
+    assert len(jobs) == 2  # one SLURM array task (with submitit's logs) per seed
+    for number, seed in ((0, 0), (1, 1)):
+        logdir = sweep / str(number)
+        saved = yaml.safe_load((logdir / "config.yaml").read_text())
+        assert saved["run"]["seed"] == seed and saved["env"]["name"] == "cue"
+        assert checkpoint.load(checkpoint.latest(logdir))["steps"]["env_steps"] >= 200
