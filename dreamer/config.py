@@ -24,7 +24,8 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("env", "model", "experiment")  # config groups: directories under conf/
 USAGE = (
-    "usage: python -m dreamer.train [-h] [--cfg job] [-m] [group=option ...] [section.key=value ...]"
+    "usage: python -m dreamer.train [-h] [--cfg job] [-m] [group=option ...] "
+    "[section.key=value ...]"
 )
 
 
@@ -552,6 +553,7 @@ def usage() -> str:
         shown = [f.name if f.default is MISSING else f"{f.name}={f.default}" for f in fields]
         lines.append(f"  {section + ':':<11} " + " ".join(shown))
     lines += ["", "--cfg job   print the resolved config as YAML and exit"]
+    lines += ["-m          a sweep: key=a,b runs a job per value (hydra/launcher=slurm: on SLURM)"]
     return "\n".join(lines)
 
 
