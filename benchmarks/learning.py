@@ -1,15 +1,19 @@
 """Learning checks: train with the real trainer, read its metrics, compare to a threshold.
 
-    python benchmarks/learning.py cartpole                 # 3 seeds, 50k env steps each
+    python benchmarks/learning.py cartpole                  # 3 seeds, 50k env steps each
+    python benchmarks/learning.py pixels                    # 3 seeds, 4k steps, 32x32 frames
+    python benchmarks/learning.py crafter --budget 5000 model=size1m   # a CPU-sized run
     python benchmarks/learning.py cue --seeds 0 1 2
-    python benchmarks/learning.py cartpole --steps 20000   # a shorter CPU budget
 
-Each seed runs ``python -m dreamer.train`` in a subprocess. The score of a seed is its
-eval return: the mean return of ``eval_episodes`` greedy (mode-policy) episodes of
-the final checkpoint in a fresh env (``dreamer.evaluate``). Writes
-``benchmarks/results/<check>.json`` and ``<check>.png`` (training-episode returns of
-every seed vs env steps, with the threshold and reference lines) and exits 1 when the
-mean score misses the threshold. ``--reuse`` scores finished seed runs again without
+Each seed runs ``python -m dreamer.train`` in a subprocess (extra ``key=value``
+arguments are passed on). The score of a seed is measured on its final checkpoint in
+a fresh env by ``dreamer.evaluate``: the mean return of ``eval_episodes`` greedy
+(mode-policy) episodes, or for ``crafter`` the Crafter score (geometric mean of the
+achievement success rates) of those episodes. The reference is a random policy's
+score; for Crafter it is measured here (random actions, the same episodes).
+Writes ``benchmarks/results/<check>.json`` and ``<check>.png`` (mean and min-max over
+seeds vs env steps, with the threshold and the reference) and exits 1 when the mean
+score misses the threshold. ``--reuse`` scores finished seed runs again without
 training.
 """
 
@@ -25,9 +29,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dreamer.evaluate import evaluate
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from dreamer.evaluate import evaluate  # noqa: E402
+from dreamer.evaluation import EvalResult  # noqa: E402
+from dreamer.reports import crafter_score  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 
@@ -37,72 +46,118 @@ class Check:
     overrides: list[str]
     steps: int
     threshold: float
-    reference: float  # a random policy's return
+    reference: float | None  # a random policy's score; None: measured (crafter)
     reference_name: str
+    metric: str = "return"  # or "crafter_score"
+    curve_evals: int = 0  # evaluations during training, for the curve (else episode returns)
     eval_episodes: int = 10
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
 
 
 CHECKS = {
     "cartpole": Check(["experiment=cartpole"], 50_000, 450.0, 22.0, "random policy (~22)"),
+    "pixels": Check(
+        ["experiment=pixels"], 4_000, 12.0, 4.0, "random (length / cues = 4)", eval_episodes=16
+    ),
+    # the paper's protocol: default size preset, train ratio 512, 1M steps, 14.5% at 1M
+    "crafter": Check(
+        ["env=crafter", "run.train_ratio=512", "run.envs=1"],
+        1_000_000,
+        14.5,
+        None,
+        "random policy (measured)",
+        metric="crafter_score",
+        curve_evals=5,
+        eval_episodes=10,
+    ),
     "cue": Check(["experiment=cue"], 3_000, 8.0, 4.0, "random policy (length / cues = 4)"),
 }
 
 
-def read_curve(logdir: Path) -> list[tuple[int, float]]:
-    rows = [json.loads(line) for line in (logdir / "metrics.jsonl").read_text().splitlines()]
-    return [(row["env_steps"], row["episode/return"]) for row in rows if "episode/return" in row]
+def score(check: Check, result: EvalResult) -> float:
+    if check.metric == "crafter_score":
+        return crafter_score(list(result.achievements.values()))
+    return float(np.mean(result.returns))
+
+
+def read_curve(check: Check, logdir: Path) -> list[tuple[int, float]]:
+    """(env step, value): periodic evaluations' scores, or training-episode returns."""
+    lines = (logdir / "metrics.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    key = "eval/crafter_score" if check.metric == "crafter_score" else "episode/return"
+    if check.curve_evals and check.metric == "return":
+        key = "eval/return"
+    return [(row["env_steps"], row[key]) for row in rows if key in row]
+
+
+def random_reference(check: Check, overrides: list[str], episodes: int) -> float:
+    """A uniformly random policy's score on the check's env (crafter)."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from dreamer.config import load
+    from dreamer.envs import make_env
+    from dreamer.envs.crafter import ACHIEVEMENTS
+    from dreamer.evaluation import summarize
+
+    cfg = load([*check.overrides, *overrides])
+    env = make_env(OmegaConf.to_container(cfg.env), seed=123_456)
+    torch.manual_seed(0)
+    rollouts = [env.rollout(100_000, break_when_any_done=True) for _ in range(episodes)]
+    env.close()
+    return score(check, summarize(rollouts, None, ACHIEVEMENTS))
 
 
 def run_seed(name: str, check: Check, seed: int, steps: int, extra: list[str], reuse: bool) -> dict:
     logdir = RESULTS / name / f"seed{seed}"
-    if reuse:
-        returns = evaluate(logdir, episodes=check.eval_episodes).returns
-        saved = json.loads((logdir / "seconds.json").read_text())["seconds"]
-        return _seed_result(seed, saved, returns, read_curve(logdir))
-    if logdir.exists():
-        for path in sorted(logdir.rglob("*"), reverse=True):
-            path.unlink() if path.is_file() else path.rmdir()
-    command = [
-        sys.executable,
-        "-m",
-        "dreamer.train",
-        *check.overrides,
-        f"run.seed={seed}",
-        f"run.steps={steps}",
-        f"run.logdir={logdir}",
-        "run.progress=false",
-        *extra,
-    ]
-    started = time.perf_counter()
-    subprocess.run(command, check=True, cwd=ROOT)
-    seconds = time.perf_counter() - started
-    (logdir / "seconds.json").write_text(json.dumps({"seconds": seconds}))
-    return _seed_result(
-        seed, seconds, evaluate(logdir, episodes=check.eval_episodes).returns, read_curve(logdir)
-    )
+    if not reuse:
+        if logdir.exists():
+            for path in sorted(logdir.rglob("*"), reverse=True):
+                path.unlink() if path.is_file() else path.rmdir()
+        command = [sys.executable, "-m", "dreamer.train", *check.overrides]
+        command += [f"run.seed={seed}", f"run.steps={steps}", f"run.logdir={logdir}"]
+        command += ["run.progress=false"]
+        if check.curve_evals:
+            command += [f"eval.every={max(1, steps // check.curve_evals)}"]
+        started = time.perf_counter()
+        subprocess.run([*command, *extra], check=True, cwd=ROOT)
+        seconds = time.perf_counter() - started
+        (logdir / "seconds.json").write_text(json.dumps({"seconds": seconds}))
+    seconds = json.loads((logdir / "seconds.json").read_text())["seconds"]
+    result = evaluate(logdir, episodes=check.eval_episodes)
+    return {
+        "seed": seed,
+        "seconds": seconds,
+        "score": score(check, result),
+        "returns": result.returns,
+        "curve": read_curve(check, logdir),
+    }
 
 
-def _seed_result(seed: int, seconds: float, returns: list[float], curve: list) -> dict:
-    score = sum(returns) / len(returns)
-    return {"seed": seed, "seconds": seconds, "score": score, "returns": returns, "curve": curve}
-
-
-def plot(name: str, check: Check, runs: list[dict], path: Path) -> None:
+def plot(name: str, check: Check, runs: list[dict], reference: float, path: Path) -> None:
+    """Mean and min-max over seeds, each seed's curve interpolated on a common grid."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    curves = [np.asarray(run["curve"], np.float64) for run in runs if run["curve"]]
     figure, axis = plt.subplots(figsize=(6, 4))
-    for run in runs:
-        steps, values = zip(*run["curve"])
-        axis.plot(steps, values, alpha=0.35, linewidth=1, label=f"seed {run['seed']}")
+    if curves:
+        start = max(curve[0, 0] for curve in curves)
+        end = min(curve[-1, 0] for curve in curves)
+        grid = np.linspace(start, end, 100) if end > start else np.array([end])
+        values = np.stack([np.interp(grid, curve[:, 0], curve[:, 1]) for curve in curves])
+        label = f"mean of {len(curves)} seeds"
+        axis.plot(grid, values.mean(0), color="tab:blue", label=label)
+        axis.fill_between(grid, values.min(0), values.max(0), alpha=0.25, label="min-max")
     axis.axhline(check.threshold, color="green", linestyle="--", label="threshold")
-    axis.axhline(check.reference, color="grey", linestyle=":", label=check.reference_name)
+    axis.axhline(reference, color="grey", linestyle=":", label=check.reference_name)
     axis.set_xlabel("env steps")
-    axis.set_ylabel("episode return")
-    axis.set_title(f"{name}: training episode return")
+    what = "Crafter score (%)" if check.metric == "crafter_score" else "episode return"
+    source = "evaluation" if check.curve_evals else "training episodes"
+    axis.set_ylabel(what)
+    axis.set_title(f"{name}: {what}, {source}")
     axis.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=100, metadata={"Software": None})
@@ -113,19 +168,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("check", choices=sorted(CHECKS))
     parser.add_argument("--seeds", type=int, nargs="+")
-    parser.add_argument("--steps", type=int, help="env-step budget per seed")
+    parser.add_argument("--budget", "--steps", type=int, help="env-step budget per seed")
     parser.add_argument("--reuse", action="store_true", help="re-score finished seed runs")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides (key=value)")
     argv = sys.argv[1:]
     # overrides may follow --seeds, whose int list would otherwise swallow them
     overrides = [a for a in argv if "=" in a and not a.startswith("-")]
     args = parser.parse_args([a for a in argv if a not in overrides])
-    args.overrides = overrides
     check = CHECKS[args.check]
     seeds = args.seeds or check.seeds
-    steps = args.steps or check.steps
+    steps = args.budget or check.steps
     RESULTS.mkdir(parents=True, exist_ok=True)
-    runs = [run_seed(args.check, check, seed, steps, args.overrides, args.reuse) for seed in seeds]
+    runs = [run_seed(args.check, check, seed, steps, overrides, args.reuse) for seed in seeds]
+    reference = check.reference
+    if reference is None:
+        reference = random_reference(check, overrides, check.eval_episodes * len(seeds))
     scores = [run["score"] for run in runs]
     mean = sum(scores) / len(scores)
     result = {
@@ -137,17 +194,22 @@ def main() -> int:
         "final_mean": mean,
         "final_min": min(scores),
         "final_max": max(scores),
+        "metric": check.metric,
+        "reference": reference,
+        "reference_name": check.reference_name,
+        "above_reference": mean > reference,
         "seconds_per_seed": [round(run["seconds"]) for run in runs],
+        "scores": {run["seed"]: run["score"] for run in runs},
         "eval_returns": {run["seed"]: run["returns"] for run in runs},
         "eval_episodes": check.eval_episodes,
-        "reference": check.reference,
-        "overrides": check.overrides + args.overrides,
+        "curves": {run["seed"]: run["curve"] for run in runs},
+        "overrides": check.overrides + overrides,
         "date": datetime.date.today().isoformat(),
         "hardware": f"{platform.machine()}, {platform.processor() or 'cpu'}",
     }
     (RESULTS / f"{args.check}.json").write_text(json.dumps(result, indent=2) + "\n")
-    plot(args.check, check, runs, RESULTS / f"{args.check}.png")
-    print(json.dumps(result, indent=2))
+    plot(args.check, check, runs, reference, RESULTS / f"{args.check}.png")
+    print(json.dumps({k: v for k, v in result.items() if k != "curves"}, indent=2))
     return 0 if result["passed"] else 1
 
 

@@ -41,8 +41,9 @@ TRISTATE = ("auto", "true", "false")
 class EnvConfig:
     name: str = _f(choices=("cartpole", "crafter", "cue", "gym", "minedojo"))  # the adapter
     id: str = _f()  # gymnasium id (cartpole, gym); "crafter" for crafter
-    size: int = _f(64, ">= 16")  # image size (crafter only)
+    size: int = _f(64, ">= 16")  # image size (crafter; cue with pixels)
     cues: int = _f(4, ">= 2")  # number of cues (cue only)
+    pixels: bool = _f(False)  # cue only: show the cue as a size x size image, not a vector
     length: int = _f(check=">= 0")  # episode step cap; 0 = the env's own limit
     reward_scale: float = _f(1.0, "> 0")
     # minedojo only

@@ -77,7 +77,10 @@ def _adapter(env: Mapping, seed: int) -> Callable[[], gymnasium.Env]:
     if env["name"] == "cue":
         from dreamer.envs.cue import CueEnv
 
-        return functools.partial(CueEnv, cues=env["cues"], length=env["length"], seed=seed)
+        image = env["size"] if env.get("pixels") else 0
+        return functools.partial(
+            CueEnv, cues=env["cues"], length=env["length"], seed=seed, image=image
+        )
     if env["name"] == "minedojo":
         from dreamer.envs.minedojo import from_config
 

@@ -6,6 +6,10 @@ the cue shown, else 0; a new cue is drawn every step. A random policy earns
 the action given the observation, so the world model must learn reward from
 (observation, action) and the actor must learn from imagined returns: it fails
 loudly when keys, ``is_init`` handling or the action wiring are broken.
+
+With ``image`` > 0 the cue is shown as pixels instead: an ``image`` x ``image`` RGB
+frame, black but for the cue's vertical band (one of ``cues``) in its own colour, so
+the world model must read it through the CNN encoder.
 """
 
 from __future__ import annotations
@@ -17,10 +21,14 @@ import numpy as np
 class CueEnv(gym.Env):
     metadata = {"render_modes": []}
 
-    def __init__(self, cues: int = 4, length: int = 16, seed: int | None = None):
+    def __init__(self, cues: int = 4, length: int = 16, seed: int | None = None, image: int = 0):
         self.cues = cues
         self.length = length
-        self.observation_space = gym.spaces.Box(0.0, 1.0, (cues,), np.float32)
+        self.image = image
+        if image:
+            self.observation_space = gym.spaces.Box(0, 255, (image, image, 3), np.uint8)
+        else:
+            self.observation_space = gym.spaces.Box(0.0, 1.0, (cues,), np.float32)
         self.action_space = gym.spaces.Discrete(cues)
         self._rng = np.random.default_rng(seed)
         self._cue = 0
@@ -28,7 +36,13 @@ class CueEnv(gym.Env):
 
     def _observe(self) -> np.ndarray:
         self._cue = int(self._rng.integers(self.cues))
-        return np.eye(self.cues, dtype=np.float32)[self._cue]
+        if not self.image:
+            return np.eye(self.cues, dtype=np.float32)[self._cue]
+        frame = np.zeros((self.image, self.image, 3), np.uint8)
+        band = slice(self._cue * self.image // self.cues, (self._cue + 1) * self.image // self.cues)
+        hue = np.array([(self._cue * 97 + 60) % 256, 255, (255 - self._cue * 61) % 256], np.uint8)
+        frame[:, band] = hue
+        return frame
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
