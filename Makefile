@@ -25,7 +25,8 @@ smoke: $(STAMP)
 	$(PY) -m dreamer.train experiment=smoke $(ARGS)
 
 test: $(STAMP)
-	$(PY) -m pytest -q $(ARGS)
+	# two workers, one test file each at a time (module fixtures, e.g. the SLURM cluster)
+	$(PY) -m pytest -q -n 2 --dist loadfile $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check dreamer tests benchmarks
