@@ -299,6 +299,7 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device: torch.de
                             evaluation.trigger(steps, agent.policy)
                         if (result := evaluation.poll()) is not None:
                             report(result)
+                stopping = stopping or (bool(stop.received) and not world.distributed)
                 if steps >= cfg.run.steps or stopping:
                     break
             finished = not stopping
