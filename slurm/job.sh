@@ -27,7 +27,9 @@ exec >>"$logdir/slurm-$SLURM_JOB_ID.out" 2>&1
 echo "== $(date -Is) job $SLURM_JOB_ID SLURM_RESTART_COUNT=${SLURM_RESTART_COUNT:-unset}" \
   "nodes=$SLURM_JOB_NODELIST ranks/node=${DREAMER_NPROC_PER_NODE:-1}: ${args[*]}"
 rm -f "$logdir/stopped"
-srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash "$ROOT/slurm/node.sh" "${args[@]}" &
+# srun (SLURM >= 22.05) does not inherit --cpus-per-task from the batch job: pass it on
+srun --ntasks-per-node=1 --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" --kill-on-bad-exit=1 \
+  bash "$ROOT/slurm/node.sh" "${args[@]}" &
 step=$!
 trap 'echo "== $(date -Is) preemption signal: checkpointing"; kill -USR1 "$step"' USR1
 trap 'echo "== $(date -Is) SIGTERM: checkpointing"; kill -TERM "$step"' TERM
