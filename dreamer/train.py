@@ -260,6 +260,14 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device: torch.de
         log.info("checkpoint written: %s", path)
         return True
 
+    def push_weights() -> None:
+        """The learner's weights to the inference process. torchrl waits 5 s for it to
+        take them; a starved one (an overloaded machine) gets them at the next push."""
+        try:
+            collection.current.update_policy_weights_(agent.policy)
+        except TimeoutError as error:
+            log.warning("%s; the policy keeps its weights until the next push", error)
+
     log.info("training %s on %s, logging to %s", cfg.model.name, cfg.env.name, logdir)
     timers = LoopTimers()
     finished = False  # reached run.steps: a pending evaluation is waited for
@@ -284,7 +292,7 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device: torch.de
                                 log.info(cpu_speed_note(statistics.median(first_updates), cfg))
                         if learner.updates % cfg.collector.sync_every == 0:
                             with timers.phase("sync"):
-                                collection.current.update_policy_weights_(agent.policy)
+                                push_weights()
                         if stop.received and not world.distributed:  # ranks stop in lockstep
                             break
                 progress.update(steps, learner.updates)
