@@ -84,9 +84,7 @@ def read_curve(check: Check, logdir: Path) -> list[tuple[int, float]]:
     """(env step, value): periodic evaluations' scores, or training-episode returns."""
     lines = (logdir / "metrics.jsonl").read_text().splitlines()
     rows = [json.loads(line) for line in lines]
-    key = "eval/crafter_score" if check.metric == "crafter_score" else "episode/return"
-    if check.curve_evals and check.metric == "return":
-        key = "eval/return"
+    key = f"eval/{check.metric}" if check.curve_evals else "episode/return"
     return [(row["env_steps"], row[key]) for row in rows if key in row]
 
 

@@ -55,9 +55,7 @@ class World:
     def device(self, name: str) -> torch.device:
         """``learner.device`` for this rank: ``auto``/``cuda`` mean this rank's own GPU."""
         cuda = name == "cuda" or (name == "auto" and torch.cuda.is_available())
-        if not cuda:
-            return torch.device("cpu")
-        return torch.device("cuda", self.local_rank if self.distributed else 0)
+        return torch.device("cuda", self.local_rank) if cuda else torch.device("cpu")
 
     # ------------------------------------------------------------------ collectives
 
@@ -105,17 +103,15 @@ def process_group(world: World, device: torch.device, timeout_s: float) -> Itera
 
 
 class GradientAverager:
-    """The mean over ranks of every gradient (and of ``extras``, e.g. the return
-    normalisation statistics each rank updated from its own batch), as one bucketed
-    all-reduce per dtype and device: in practice one all-reduce per update."""
+    """The mean over the ranks of a process group of every gradient (and of ``extras``,
+    e.g. the return normalisation statistics each rank updated from its own batch), as
+    one bucketed all-reduce per dtype and device: in practice one per update."""
 
     def __init__(self, world: World, extras: Iterable[torch.Tensor] = ()):
         self.world = world
         self.extras = list(extras)
 
     def __call__(self, tensors: list[torch.Tensor]) -> None:
-        if not self.world.distributed:
-            return
         buckets: dict[tuple, list[torch.Tensor]] = {}
         for tensor in [*tensors, *self.extras]:
             buckets.setdefault((tensor.device, tensor.dtype), []).append(tensor)

@@ -70,7 +70,10 @@ def evaluate(logdir: Path, reports: bool = False, **eval_overrides) -> EvalResul
     finally:
         runner.shutdown()
     if reports:
-        replay = SequenceReplay.from_config(cfg, [key.name for key in spaces.obs], logdir)
+        # the checkpoint holds rank 0's replay shard: one stream per env worker of rank 0
+        ranks = cfg.run.envs // len(state["replay"]["written"])
+        obs_names = [key.name for key in spaces.obs]
+        replay = SequenceReplay.from_config(cfg, obs_names, logdir, rank=0, ranks=ranks)
         replay.load_state_dict(state["replay"])
         pool = RenderPool(pool_size(cfg.eval.render_workers))
         submit_reports(pool, logdir, result, cfg, agent, replay, runner.image)

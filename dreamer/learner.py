@@ -41,7 +41,7 @@ class SkippingOptimizer(DreamerV3Optimizer):
     @torch.no_grad()
     def step(self, closure=None):
         params = [p for g in self.param_groups for p in g["params"]]
-        if self.average is not None and self.average.world.distributed:
+        if self.average is not None:
             for p in params:  # every rank must reduce the same tensors
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
@@ -92,7 +92,7 @@ class Learner:
             lr=learner_cfg.lr,
             agc=learner_cfg.grad_clip,
             warmup_steps=learner_cfg.warmup,
-            average=GradientAverager(world, extras=self._statistics),
+            average=GradientAverager(world, self._statistics) if world.distributed else None,
         )
         self.modes = learner_modes(learner_cfg, device)
         self.stepper = DreamerV3OptimizationStepper(

@@ -177,7 +177,7 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device: torch.de
             replay=replay,
             total=cfg.run.steps - lockstep.env_steps,  # the loop stops at run.steps before
             rank=world.rank,
-            gpu=str(device) if device.type == "cuda" else "cuda",
+            gpu=str(world.device("cuda")),  # this rank's GPU, for static-batch inference
         )
         collector.post_collect_hook = stats
         collector.update_policy_weights_(agent.policy)
@@ -272,6 +272,12 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device: torch.de
     timers = LoopTimers()
     finished = False  # reached run.steps: a pending evaluation is waited for
     stopping = False  # a stop signal reached some rank
+    time_first_updates = world.main and device.type == "cpu"
+
+    def stop_alone() -> bool:
+        """One rank acts on its own signal at once; ranks of a job stop at the lockstep."""
+        return not world.distributed and bool(stop.received)
+
     try:
         with StopSignals() as stop, frozen_heap(freeze=cfg.run.gc_freeze) as gc_stats:
             for _ in timers.waiting(collection):
@@ -285,15 +291,14 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device: torch.de
                         started = time.perf_counter()
                         losses = learner.update(batch)
                         timers.add("update", time.perf_counter() - started)
-                        timing_note = world.main and device.type == "cpu"
-                        if timing_note and len(first_updates) < SPEED_SAMPLE:
+                        if time_first_updates and len(first_updates) < SPEED_SAMPLE:
                             first_updates.append(time.perf_counter() - started)
                             if len(first_updates) == SPEED_SAMPLE:  # the 1st one is slower
                                 log.info(cpu_speed_note(statistics.median(first_updates), cfg))
                         if learner.updates % cfg.collector.sync_every == 0:
                             with timers.phase("sync"):
                                 push_weights()
-                        if stop.received and not world.distributed:  # ranks stop in lockstep
+                        if stop_alone():
                             break
                 progress.update(steps, learner.updates)
                 with timers.phase("log"):
@@ -307,7 +312,7 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device: torch.de
                             evaluation.trigger(steps, agent.policy)
                         if (result := evaluation.poll()) is not None:
                             report(result)
-                stopping = stopping or (bool(stop.received) and not world.distributed)
+                stopping = stopping or stop_alone()
                 if steps >= cfg.run.steps or stopping:
                     break
             finished = not stopping

@@ -1,6 +1,7 @@
 """Data-parallel training on the CPU: real torchrun, real gloo process groups."""
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -86,6 +87,18 @@ def test_torchrun_smoke_run_writes_one_metrics_file_and_one_checkpoint(tmp_path)
     assert [row["env_steps"] for row in evals] == sorted({row["env_steps"] for row in evals})
     assert len(evals) == len(list((logdir / "eval").iterdir())) >= 1
     assert "INFO [rank 1]" not in result.stderr  # other ranks log warnings only
+    # standalone evaluation with reports rebuilds rank 0's replay shard from the checkpoint
+    shutil.rmtree(logdir / "eval")
+    evaluated = subprocess.run(
+        [sys.executable, "-m", "dreamer.evaluate", f"run.logdir={logdir}", "eval.episodes=1"]
+        + ["eval.max_steps=20", "eval.render_workers=0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert (logdir / "eval" / f"{steps[-1]:012d}" / "open_loop.png").exists()
 
 
 def test_a_failing_rank_ends_the_job_with_its_message(tmp_path):

@@ -40,9 +40,12 @@ def slurm(tmp_path_factory):
         subprocess.run(["bash", str(CLUSTER), "down", str(directory)], timeout=60)
 
 
-def submit(slurm: dict, *overrides: str) -> str:
+def submit(slurm: dict, logdir: Path, *overrides: str) -> str:
+    """``sbatch slurm/dreamer-cpu.sbatch``; SLURM's own output file (only what the job
+    prints before it redirects into the run directory) next to the run, not in the repo."""
+    output = f"--output={logdir.parent}/slurm-%j.out"
     result = subprocess.run(
-        ["sbatch", "--parsable", "slurm/dreamer-cpu.sbatch", *overrides],
+        ["sbatch", "--parsable", output, "slurm/dreamer-cpu.sbatch", *overrides],
         cwd=ROOT,
         env=slurm,
         capture_output=True,
@@ -78,7 +81,7 @@ def wait_until_done(slurm: dict, job_id: str, logdir: Path, timeout: float = 400
 
 def test_cpu_smoke_job_writes_a_checkpoint_and_complete_metrics(slurm, tmp_path):
     logdir = tmp_path / "run"
-    job_id = submit(slurm, *SMOKE, "run.steps=800", f"run.logdir={logdir}")
+    job_id = submit(slurm, logdir, *SMOKE, "run.steps=800", f"run.logdir={logdir}")
     state = wait_until_done(slurm, job_id, logdir)
     output = (logdir / f"slurm-{job_id}.out").read_text()
     assert state["JobState"] == "COMPLETED", output[-3000:]
@@ -93,7 +96,7 @@ def test_cpu_smoke_job_writes_a_checkpoint_and_complete_metrics(slurm, tmp_path)
 
 def test_preempted_job_checkpoints_is_requeued_and_resumes_without_duplicates(slurm, tmp_path):
     logdir = tmp_path / "run"
-    job_id = submit(slurm, *SMOKE, "run.steps=1400", f"run.logdir={logdir}")
+    job_id = submit(slurm, logdir, *SMOKE, "run.steps=1400", f"run.logdir={logdir}")
     output = logdir / f"slurm-{job_id}.out"
     deadline = time.monotonic() + 180
     while "learner update takes" not in (output.read_text() if output.exists() else ""):
