@@ -3,6 +3,7 @@ measured in this one run on the same env, cores and DreamerV3 policy.
 
     python benchmarks/collect.py                       # crafter + cartpole, tiny + size1m
     python benchmarks/collect.py --envs crafter --models size1m --workers 4 --json out.json
+    python benchmarks/collect.py --envs crafter --workers 16 collector.inference.static_batch=true
 
 (a) limit:   the env alone in one process (random actions, resets included), times the
              worker count capped by the cores;
@@ -12,6 +13,9 @@ measured in this one run on the same env, cores and DreamerV3 policy.
              process inference server on shared-memory slots), one transition per message;
 (d) chunk64: the same, 64 transitions per message (the trainer's default).
 
+Trailing ``key=value`` arguments are config overrides for every path, e.g.
+``collector.inference.static_batch=true`` serves (c) and (d) from a CUDA-graph policy at
+a static batch of every worker, and then (b)'s driver policy runs on CUDA too.
 ``--json PATH`` writes ``{"<env>": {"limit": .., "stock": .., "chunk1": .., "chunk64": ..,
 "model": .., "models": {"<model>": {...}}, "machine": ..}}`` in env steps/s; the four
 top-level figures are size1m's (the goal's model) when it was measured. The trainer's
@@ -64,8 +68,8 @@ def timed(batches, seconds: float, warmup: float) -> float:
 
 
 class Setup:
-    def __init__(self, env_name: str, model: str, workers: int):
-        cfg = load([*ENVS[env_name], f"model={model}", f"run.envs={workers}"])
+    def __init__(self, env_name: str, model: str, workers: int, overrides: list[str]):
+        cfg = load([*ENVS[env_name], f"model={model}", f"run.envs={workers}", *overrides])
         self.cfg = cfg
         self.env = OmegaConf.to_container(cfg.env)
         self.model = OmegaConf.to_container(cfg.model)
@@ -88,12 +92,17 @@ class Setup:
             functools.partial(make_env, self.env, seed, self.latent)
             for seed in env_seeds(0, 0, self.workers)
         ]
-        policy = build_policy(self.model, self.learner, self.spaces, 0, torch.get_num_threads())
+        device = "cuda" if self.cfg.collector.inference.static_batch else "cpu"
+        threads = torch.get_num_threads()
+        policy = build_policy(self.model, self.learner, self.spaces, 0, threads, device)
         collector = Collector(
             SerialEnv(self.workers, makers),
             policy,
             frames_per_batch=64 * self.workers,
             total_frames=-1,
+            env_device="cpu",
+            policy_device=device,
+            storing_device="cpu",
         )
         try:
             return timed(collector, seconds, warmup)
@@ -119,8 +128,10 @@ class Setup:
             collector.shutdown()
 
 
-def measure(env_name: str, model: str, workers: int, seconds: float) -> dict[str, float]:
-    setup = Setup(env_name, model, workers)
+def measure(
+    env_name: str, model: str, workers: int, seconds: float, overrides: list[str]
+) -> dict[str, float]:
+    setup = Setup(env_name, model, workers, overrides)
     warmup = 2.0
     return {
         "limit": setup.limit(seconds),
@@ -151,11 +162,13 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=5.0, help="measured per path")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("overrides", nargs="*", help="config overrides, key=value")
     args = parser.parse_args()
     results = {}
     for env_name in args.envs:
         for model in args.models:
-            results[f"{env_name}/{model}"] = measure(env_name, model, args.workers, args.seconds)
+            rates = measure(env_name, model, args.workers, args.seconds, args.overrides)
+            results[f"{env_name}/{model}"] = rates
             print(
                 f"{env_name}/{model}: "
                 + ", ".join(

@@ -15,6 +15,9 @@ Modes, each on a fresh agent with the same weights and the same real Crafter bat
   compiled_fewer_starts    CPU, with --modes: both
   eager_fp32               CUDA only: compile, CUDA graph and bf16 off
   compiled_cudagraph_bf16  CUDA only: all three on
+  torchrl_compiled_cudagraph_bf16
+                           CUDA only: torchrl's stepper with its compile, CUDA-graph
+                           capture and bf16 autocast on
 Prints updates/s, replayed steps/s (batch x length per update) and achieved FLOP/s,
 as ratios to torchrl_eager; the model FLOPs per update are counted once with
 torch's FLOP formulas on an eager update (forward + backward).
@@ -63,20 +66,27 @@ class FlopCount(TorchDispatchMode):
 
 
 class TorchrlStepper:
-    """torchrl's stepper as its documentation builds it, eager."""
+    """torchrl's stepper as its documentation builds it: eager, or (``fast``) compiled,
+    CUDA-graph captured and bf16 autocast, warmed up on the first batch."""
 
-    def __init__(self, agent, cfg, device):
+    def __init__(self, agent, cfg, device, fast: bool = False):
         loss = agent.loss.to(device)
         optimizer = DreamerV3Optimizer(
             loss.parameters(), lr=cfg.learner.lr, agc=cfg.learner.grad_clip, warmup_steps=1
         )
         self.stepper = DreamerV3OptimizationStepper(
-            loss, optimizer, agent.target_updater, compile_train_step=False, cudagraph=False
-        )
+            loss, optimizer, agent.target_updater, compile_train_step=fast, cudagraph=fast,
+            mixed_precision=fast,
+        )  # fmt: skip
         self.device = device
+        self.warm = not fast
 
     def update(self, batch):
-        self.stepper.step(None, batch.to(self.device))
+        batch = batch.to(self.device)
+        if not self.warm:
+            self.stepper.warmup(batch)
+            self.warm = True
+        self.stepper.step(None, batch)
 
 
 def modes(device: torch.device, starts: int) -> dict[str, list[str]]:
@@ -89,6 +99,7 @@ def modes(device: torch.device, starts: int) -> dict[str, list[str]]:
             + ["learner.precision=fp32"],
             "compiled_cudagraph_bf16": ["learner.compile=true", "learner.cudagraph=true"]
             + ["learner.precision=bf16"],
+            "torchrl_compiled_cudagraph_bf16": None,
         }
     fewer = [f"learner.imag_starts={starts}"]
     return {
@@ -145,15 +156,16 @@ def main() -> int:
         torch.manual_seed(0)
         return build_agent(cfg.model, cfg.learner, spaces)
 
-    with FlopCount() as counter:
-        TorchrlStepper(agent(), cfg, torch.device("cpu")).update(batch)
+    with FlopCount() as counter:  # on the device: a size50m update takes long on a CPU
+        TorchrlStepper(agent(), cfg, device).update(batch)
     flops = counter.total
     results = {}
     for name, overrides in modes(device, args.batch * args.length // 4).items():
         if name not in chosen:
             continue
         if overrides is None:
-            make = lambda: TorchrlStepper(agent(), cfg, device)  # noqa: E731
+            fast = name != "torchrl_eager"
+            make = lambda fast=fast: TorchrlStepper(agent(), cfg, device, fast)  # noqa: E731
         else:
             mode_cfg = load(base + overrides)
             make = lambda mode_cfg=mode_cfg: Learner(agent(), mode_cfg.learner, device)  # noqa: E731
