@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install train smoke test lint bench-learning clean
+.PHONY: install train smoke test lint bench-learning gpu-wheels gpu-check-dry clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -35,5 +35,13 @@ lint: $(STAMP)
 bench-learning: $(STAMP)
 	$(PY) benchmarks/learning.py $(or $(ARGS),cartpole)
 
+# cp312 wheels the offline GPU machine installs (benchmarks/gpu_check.sh): the versions
+# this venv resolves, less what that machine's image holds (torch 2.11, numpy, ...)
+gpu-wheels: $(STAMP)
+	$(PY) benchmarks/gpu_wheels.py build
+
+gpu-check-dry: gpu-wheels
+	bash benchmarks/gpu_check.sh --dry-run
+
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .whl

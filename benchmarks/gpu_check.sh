@@ -7,6 +7,7 @@
 #   bash benchmarks/gpu_check.sh            # on the GPU machine
 #   bash benchmarks/gpu_check.sh --dry-run  # on a CPU: every step in its CPU form, tiny
 #
+# .whl/ is git-ignored: whatever copies the working tree to the GPU machine must carry it.
 # Writes under $OUT (default benchmarks/results/gpu): gpu.json (every figure, `device`
 # holding the GPU's name), summary.md (the tables for benchmarks/README.md) and log.txt,
 # three files within the machine's limits (8 files, 2 folders deep, 16 MiB each). Each
@@ -48,8 +49,8 @@ step() {  # step NAME SECONDS COMMAND...: the command under its own limit, cappe
 }
 
 if ((DRY)); then
-  PY=python3
-  if [ -x .venv/bin/python ]; then PY=.venv/bin/python; fi
+  PY=${PYTHON:-python3}  # the project's venv where there is one
+  if [ -z "${PYTHON:-}" ] && [ -x .venv/bin/python ]; then PY=.venv/bin/python; fi
   export PYTHONPATH=$PWD
   # the wheels: one per pinned name, pip resolves the project offline for cp312 from them
   $PY benchmarks/gpu_wheels.py check || exit 1
@@ -111,7 +112,7 @@ for rest in "${LEARNER_SHAPES[@]:1:1}"; do
   read -r -a shape <<<"$rest"
   learner "${shape[@]}" 40
 done
-step filelock 10 $PY benchmarks/filelock_hook.py "${FILELOCK[@]}" --json "$WORK/filelock.json"
+step filelock 20 $PY benchmarks/filelock_hook.py "${FILELOCK[@]}" --json "$WORK/filelock.json"
 # the driver's regime on Python 3.12: the smoke run on the CPU, as the seed measured it
 step gc_freeze 30 env CUDA_VISIBLE_DEVICES= $PY benchmarks/gc_freeze.py "${GC[@]}" \
   --json "$WORK/gc_freeze.json"
