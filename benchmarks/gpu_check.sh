@@ -13,6 +13,8 @@
 # three files within the machine's limits (8 files, 2 folders deep, 16 MiB each). Each
 # step has its own time limit, capped by what is left of the whole budget; a step that
 # runs out or fails leaves what it measured and the next one still runs.
+# GPU_CHECK_ONLY="trainer learner-size50m-32x256" runs only the steps named, in order,
+# each with the rest of the budget (GPU_CHECK_SECONDS, default 345): a second try.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DRY=0
@@ -27,13 +29,16 @@ rm -f "$OUT/gpu.json" "$OUT/summary.md" "$OUT/log.txt"
 WORK=$(mktemp -d /tmp/gpu_check.XXXXXX)  # step outputs and run dirs: kept off $OUT's limits
 exec > >(tee "$OUT/log.txt") 2>&1
 # 6 minutes with the start-up on the GPU; a loaded 2-core CPU gets 3x each limit
-SCALE=$((DRY ? 3 : 1))
+SCALE=${GPU_CHECK_SCALE:-$((DRY ? 3 : 1))}
 DEADLINE=$((SECONDS + ${GPU_CHECK_SECONDS:-$((345 * SCALE))}))
 export PYTHONUNBUFFERED=1 RL_WARNINGS=0
 
 step() {  # step NAME SECONDS COMMAND...: the command under its own limit, capped by the budget
   local name=$1 limit=$(($2 * SCALE)) left=$((DEADLINE - SECONDS)) started=$SECONDS rc
   shift 2
+  if [ -n "${GPU_CHECK_ONLY:-}" ]; then  # a second try: only these, each with what is left
+    case " $GPU_CHECK_ONLY " in *" $name "*) limit=$left ;; *) return ;; esac
+  fi
   if ((limit > left)); then limit=$left; fi
   if ((limit < 5)); then
     echo "== $name: skipped, the check's time is spent"
@@ -48,14 +53,26 @@ step() {  # step NAME SECONDS COMMAND...: the command under its own limit, cappe
   echo "-- $name: exit $rc after $((SECONDS - started)) s"
 }
 
+install() {  # the carried wheels, offline, into $1; the image's torch, numpy, ... stay
+  PIP_CONFIG_FILE=/dev/null $PY -m pip install --quiet --no-index --no-deps --no-compile \
+    --no-cache-dir --upgrade --target "$1" .whl/*.whl
+}
+
 if ((DRY)); then
-  PY=${PYTHON:-python3}  # the project's venv where there is one
-  if [ -z "${PYTHON:-}" ] && [ -x .venv/bin/python ]; then PY=.venv/bin/python; fi
+  # the project's venv, or PYTHON: a CPython 3.12 holding only the GPU image's packages
+  # then runs every step on the carried wheels, as the GPU machine does
+  VENV_PY=python3
+  if [ -x .venv/bin/python ]; then VENV_PY=.venv/bin/python; fi
+  PY=${PYTHON:-$VENV_PY}
   export PYTHONPATH=$PWD
   # the wheels: one per pinned name, pip resolves the project offline for cp312 from them
-  $PY benchmarks/gpu_wheels.py check || exit 1
-  # the GPU machine's install command, here for its interpreter and platform
-  $PY benchmarks/gpu_wheels.py install --site "$WORK/site" || exit 1
+  PYTHONPATH= $VENV_PY benchmarks/gpu_wheels.py check || exit 1
+  if $PY -c "import sys; sys.exit(sys.version_info[:2] != (3, 12))"; then
+    install "$WORK/site" || exit 1
+    export PYTHONPATH=$PWD:$WORK/site
+  else  # the same install, here for the GPU machine's interpreter and platform
+    $VENV_PY benchmarks/gpu_wheels.py install --site "$WORK/site" || exit 1
+  fi
   LEARNER_SHAPES=("tiny 2 8 1")
   LEARNER_MODES=(--modes torchrl_eager ours)
   ROOF=(--size 256)
@@ -69,9 +86,7 @@ if ((DRY)); then
 else
   PY=python3
   SITE=${SITE:-/tmp/dreamer-site}
-  # offline, from the carried wheels only; the image's torch, numpy, ... stay in place
-  PIP_CONFIG_FILE=/dev/null $PY -m pip install --quiet --no-index --no-deps --no-compile \
-    --no-cache-dir --upgrade --target "$SITE" .whl/*.whl || exit 1
+  install "$SITE" || exit 1
   export PYTHONPATH=$PWD:$SITE
   # the production shape first, then the recipe's; what the budget cuts is reported
   LEARNER_SHAPES=("size50m 32 256 5" "size12m 16 64 10" "size12m 32 256 5" "size50m 16 64 10")
