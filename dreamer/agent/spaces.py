@@ -34,9 +34,7 @@ class ObsKey:
 class EnvSpaces:
     obs: tuple[ObsKey, ...]
     action_dim: int
-    discrete: bool
-    action_low: float = -1.0
-    action_high: float = 1.0
+    discrete: bool  # else a box the actor acts in as [-1, 1] per dimension (env rescales)
     # Multi-head discrete actions (MultiOneHot): one Head per head, masks included.
     action_heads: tuple[Head, ...] = ()
 
@@ -91,6 +89,4 @@ def spaces_from_specs(
         return EnvSpaces(tuple(obs), int(action_spec.shape[-1]), discrete=True)
     if len(action_spec.shape) != 1:
         raise ValueError(f"unsupported action shape {tuple(action_spec.shape)}")
-    low = float(action_spec.space.low.min())
-    high = float(action_spec.space.high.max())
-    return EnvSpaces(tuple(obs), int(action_spec.shape[-1]), False, low, high)
+    return EnvSpaces(tuple(obs), int(action_spec.shape[-1]), discrete=False)

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torchrl.data import Unbounded
 from torchrl.envs import (
+    ActionScaling,
     ClipTransform,
     Compose,
     DoubleToFloat,
@@ -99,6 +100,28 @@ def _base_env(env: Mapping, seed: int) -> tuple[EnvBase, int]:
     return base, env["length"] if env["name"] in ("cartpole", "gym") else 0
 
 
+def finite_action_bounds(action_spec) -> bool:
+    """Whether a continuous action spec has a finite low and high in every dimension;
+    an action with an infinite bound is passed to the env unscaled."""
+    space = getattr(action_spec, "space", None)
+    if not hasattr(space, "low"):
+        return False
+    limit = torch.finfo(space.low.dtype).max  # torchrl's Unbounded stores +-finfo.max
+    low, high = space.low, space.high
+    return bool((low.isfinite() & high.isfinite() & (low > -limit) & (high < limit)).all())
+
+
+def action_note(env: EnvBase) -> str | None:
+    """A start-up warning for a continuous action the agent cannot rescale."""
+    spec = env.base_env.full_action_spec["action"]
+    if spec.domain != "continuous" or finite_action_bounds(spec):
+        return None
+    return (
+        f"the env's continuous action has an infinite bound (low {spec.space.low.tolist()}, "
+        f"high {spec.space.high.tolist()}): the actor's [-1, 1] actions are passed unscaled"
+    )
+
+
 def env_config(env: dict, logdir: Path) -> dict:
     """The ``env`` config node for the workers, plus the run directory's paths."""
     if env["name"] == "minedojo":
@@ -126,9 +149,11 @@ def make_env(
     if env.get("reward_scale", 1.0) != 1.0:
         transforms.append(RewardScaling(0.0, env["reward_scale"]))
     action_spec = base.full_action_spec["action"]
-    if action_spec.domain == "continuous":
-        low, high = action_spec.space.low, action_spec.space.high
-        transforms.append(ClipTransform(in_keys_inv=["action"], low=low.min(), high=high.max()))
+    if action_spec.domain == "continuous" and finite_action_bounds(action_spec):
+        # The actor acts in [-1, 1] per dimension; each dimension is rescaled to its own
+        # [low, high] (as the official NormalizeAction does). Inverse transforms run last
+        # to first: clip to [-1, 1], then rescale.
+        transforms += [ActionScaling(), ClipTransform(in_keys_inv=["action"], low=-1.0, high=1.0)]
     if latent is not None:
         state, belief = latent
         action_size = action_spec.shape[-1]
