@@ -63,7 +63,10 @@ def describe_env(env: dict, seed: int) -> tuple:
         detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ConfigError(f"env: cannot create {what}: {detail}") from error
     try:
-        spaces = spaces_from_env(probe)
+        try:
+            spaces = spaces_from_env(probe)
+        except ValueError as error:
+            raise ConfigError(f"env: {error}") from None
         if note := action_note(probe):
             log.warning(note)
     finally:

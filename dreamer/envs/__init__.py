@@ -1,7 +1,8 @@
 """``make_env``: one environment for the agent, as a torchrl ``EnvBase``.
 
 Adapters: ``crafter`` (embedded default), ``cartpole`` and ``gym`` (any gymnasium id),
-``cue`` (a probe task for learning checks), ``minedojo`` (needs the ``minedojo`` extra).
+``cue`` (a probe task for learning checks), ``dmc`` and ``atari`` (the ``dmc`` and
+``atari`` extras), ``minedojo`` (needs the ``minedojo`` extra).
 Every env carries the transforms the DreamerV3 acting policy needs: ``is_init``, an
 episode step counter and return, and zero-initialised ``state``/``belief``/
 ``previous_action`` entries that the policy fills and ``step_mdp`` carries.
@@ -86,7 +87,38 @@ def _adapter(env: Mapping, seed: int) -> Callable[[], gymnasium.Env]:
         from dreamer.envs.minedojo import from_config
 
         return functools.partial(from_config, env, seed)
-    return functools.partial(gymnasium.make, env["id"])
+    if env["name"] == "dmc":
+        from dreamer.envs.dmc import DMCEnv
+
+        return functools.partial(
+            DMCEnv, env["task"], env["obs"], env["size"], env["repeat"], seed=seed
+        )
+    if env["name"] == "atari":
+        from dreamer.envs.atari import make_atari
+
+        return functools.partial(make_atari, env, seed)
+    return functools.partial(_make_gym, env)
+
+
+def _make_gym(env: Mapping) -> gymnasium.Env:
+    """``env=gym``/``cartpole``: ``gymnasium.make(env.id, **env.kwargs)`` with the image keys."""
+    from dreamer.envs.wrappers import ActionRepeat, ImageObservation, RenderedFrames
+
+    kwargs = dict(env.get("kwargs") or {})
+    if env.get("pixels"):
+        kwargs["render_mode"] = "rgb_array"
+    if env["id"].startswith("ALE/"):  # ale-py registers its ids only when imported
+        import ale_py
+
+        gymnasium.register_envs(ale_py)
+    made = gymnasium.make(env["id"], **kwargs)
+    if env.get("pixels"):
+        made = RenderedFrames(made)
+    if env.get("repeat", 1) > 1:
+        made = ActionRepeat(made, env["repeat"])
+    if env.get("size") or env.get("gray"):
+        made = ImageObservation(made, env.get("size", 0), env.get("gray", False))
+    return made
 
 
 def _base_env(env: Mapping, seed: int) -> tuple[EnvBase, int]:
@@ -97,7 +129,7 @@ def _base_env(env: Mapping, seed: int) -> tuple[EnvBase, int]:
         from dreamer.envs.crafter import ACHIEVEMENTS
 
         base.set_info_dict_reader(_CrafterAchievements(ACHIEVEMENTS))
-    return base, env["length"] if env["name"] in ("cartpole", "gym") else 0
+    return base, env["length"] if env["name"] in ("atari", "cartpole", "dmc", "gym") else 0
 
 
 def finite_action_bounds(action_spec) -> bool:
