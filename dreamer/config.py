@@ -39,15 +39,29 @@ TRISTATE = ("auto", "true", "false")
 
 @dataclass
 class EnvConfig:
-    name: str = _f(choices=("cartpole", "crafter", "cue", "gym", "minedojo"))  # the adapter
+    name: str = _f(choices=("atari", "cartpole", "crafter", "cue", "dmc", "gym", "minedojo"))
     id: str = _f()  # gymnasium id (cartpole, gym); "crafter" for crafter
-    size: int = _f(64, ">= 16")  # image size (crafter; cue with pixels)
+    size: int = _f(
+        64, ">= 0"
+    )  # image side (crafter, cue pixels, dmc, atari; gym: resize, 0 = keep)
+    gray: bool = _f(False)  # gym, atari: gray images (one channel)
+    repeat: int = _f(1, ">= 1")  # gym, dmc, atari: action repeat (env steps per agent step)
     cues: int = _f(4, ">= 2")  # number of cues (cue only)
-    pixels: bool = _f(False)  # cue only: show the cue as a size x size image, not a vector
+    pixels: bool = _f(False)  # cue: the cue as an image; gym: render the env to frames
+    kwargs: dict[str, Any] = field(default_factory=dict, metadata={"check": None, "choices": ()})
     length: int = _f(check=">= 0")  # episode step cap; 0 = the env's own limit
     reward_scale: float = _f(1.0, "> 0")
+    # dmc only (task is shared with minedojo)
+    obs: str = _f("proprio", choices=("proprio", "vision", "both"))
+    # atari only
+    game: str = _f("pong")  # an ale-py ROM name: pong, ms_pacman, ...
+    sticky: bool = _f(False)  # repeat the previous action with probability 0.25
+    noops: int = _f(0, ">= 0")  # up to this many random no-op frames after a reset
+    lives: str = _f("unused", choices=("unused", "reset"))  # reset: a lost life ends it
+    pooling: int = _f(1, ">= 1")  # max over the last this many frames of a repeat
+    actions: str = _f("all", choices=("all", "minimal"))
     # minedojo only
-    task: str = _f("harvest_milk")  # MineDojo task id, e.g. harvest_milk, open-ended
+    task: str = _f("harvest_milk")  # MineDojo task id; dmc: <domain>_<task>, e.g. walker_walk
     image_size: int = _f(64, ">= 16")
     world_seed: int = _f(0)
     break_speed: float = _f(100.0, "> 0")  # MineDojo's break_speed_multiplier
@@ -238,6 +252,16 @@ def _check_overrides(overrides: list[str]) -> list[str]:
     return kept
 
 
+DICT_KEYS = ("env.kwargs",)
+
+
+def _parsed(override: str) -> tuple[str, Any]:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    (parsed,) = OverridesParser.create().parse_overrides([override])
+    return parsed.key_or_group, parsed.value()
+
+
 def _wrong_type(key: str, value: Any) -> ConfigError:
     kind = _schema_type(key)
     kind = next((t for t in typing.get_args(kind) if t is not type(None)), kind)  # Optional
@@ -324,7 +348,7 @@ def check_value(override: str) -> tuple[str, Any]:
 def _check_machine(cfg: DictConfig) -> None:
     """What this machine must offer for the config: CUDA for CUDA graphs, bf16 autocast
     and static-batch inference (torchrl's stepper autocasts CUDA only; on a CPU it would
-    silently train in fp32), and the minedojo package for env=minedojo."""
+    silently train in fp32), and the package an env needs (minedojo, dmc, atari)."""
     import torch
 
     learner = cfg.learner
@@ -349,6 +373,7 @@ def _check_machine(cfg: DictConfig) -> None:
             "collector.inference.static_batch: CUDA-graph inference needs a CUDA device "
             "and none is available; allowed here: false"
         )
+    _check_env_package(cfg.env)
     if cfg.env.name == "minedojo":
         import importlib.util
 
@@ -357,6 +382,35 @@ def _check_machine(cfg: DictConfig) -> None:
                 "env: minedojo is not installed; install it with pip install -e '.[minedojo]'"
                 " (MineDojo also needs gym 0.21, numpy<2, JDK 8 and xvfb: see README)"
             )
+
+
+def _check_env_package(env: DictConfig) -> None:
+    """env=dmc/atari: the extra is installed and the task or game is one it has."""
+    import importlib.util
+
+    package = {"dmc": "dm_control", "atari": "ale_py"}.get(env.name)
+    if package is None:
+        return
+    if importlib.util.find_spec(package) is None:
+        raise ConfigError(
+            f"env: {env.name} needs {package}; install it with pip install -e '.[{env.name}]'"
+        )
+    if env.name == "dmc":
+        from dreamer.envs.dmc import split_task, task_names
+
+        try:
+            split_task(env.task)
+        except KeyError:
+            names = ", ".join(sorted(task_names()))
+            raise ConfigError(
+                f"env.task: unknown DMC task {env.task!r}; allowed: {names}"
+            ) from None
+    else:
+        from dreamer.envs.atari import game_names
+
+        if env.game not in game_names():
+            names = ", ".join(game_names())
+            raise ConfigError(f"env.game: unknown Atari game {env.game!r}; allowed: {names}")
 
 
 def _check_world(cfg: DictConfig, ranks: int) -> None:
@@ -397,16 +451,25 @@ def _check_collector(collector: DictConfig, envs: int) -> None:
 def _check_gym_id(env_id: str) -> None:
     """A registered gymnasium id, or ``package.module:Id-v0`` whose module registers it."""
     import importlib
+    import importlib.util
 
     import gymnasium
 
     module, _, name = env_id.rpartition(":")
+    if env_id.startswith("ALE/"):  # ale-py registers its ids only when imported
+        if importlib.util.find_spec("ale_py") is None:
+            raise ConfigError(
+                f"env.id: {env_id} needs ale-py; install it with pip install -e '.[atari]'"
+            )
+        module = "ale_py"
     if module:
         try:
             importlib.import_module(module)
         except ImportError as error:
             raise ConfigError(f"env.id: cannot import {module!r} for {env_id!r}: {error}") from None
-    if (name if module else env_id) not in gymnasium.envs.registry:
+    if module == "ale_py":
+        gymnasium.register_envs(sys.modules["ale_py"])
+    if (name if ":" in env_id else env_id) not in gymnasium.envs.registry:
         raise ConfigError(f"env.id: unknown gymnasium id {env_id!r}")
 
 
@@ -433,6 +496,8 @@ def _validate(cfg: DictConfig, ranks: int) -> None:
     _check_collector(cfg.collector, envs)
     if cfg.env.name in ("cartpole", "gym"):
         _check_gym_id(cfg.env.id)
+    elif cfg.env.name in ("atari", "crafter", "cue", "dmc") and cfg.env.size < 16:
+        raise ConfigError(f"env.size: must be >= 16 for env={cfg.env.name}, got {cfg.env.size}")
 
 
 # --------------------------------------------------------------------------- public API
@@ -463,6 +528,15 @@ def load(overrides: list[str], machine: bool = True) -> DictConfig:
     from omegaconf.errors import OmegaConfBaseException
 
     overrides = _check_overrides(list(overrides))
+    # Hydra merges a dict override into the existing (struct) dict and refuses new keys:
+    # a dict-valued key (env.kwargs) is set after composition instead, replacing it whole.
+    dict_values = {}
+    for text in [t for t in overrides if t.partition("=")[0] in DICT_KEYS]:
+        overrides.remove(text)
+        key, value = _parsed(text)
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, e.g. {key}={{max_episode_steps: 100}}")
+        dict_values[key] = value
     register_schema()
     GlobalHydra.instance().clear()
     try:
@@ -473,6 +547,8 @@ def load(overrides: list[str], machine: bool = True) -> DictConfig:
         cfg = OmegaConf.merge(
             OmegaConf.structured(Config), OmegaConf.masked_copy(composed, sections)
         )
+        for key, value in dict_values.items():
+            OmegaConf.update(cfg, key, value, merge=False)
     except (HydraException, OmegaConfBaseException) as e:
         raise _composition_error(e) from None
     finally:

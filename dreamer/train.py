@@ -21,7 +21,7 @@ from dreamer.checkpoint import RunLock, RunLockedError, StopSignals
 from dreamer.collect import Collection, CollectorError, make_collector, path_note
 from dreamer.config import ConfigError, check_resume, from_argv
 from dreamer.dist import Lockstep, World, process_group
-from dreamer.envs import env_config, make_env
+from dreamer.envs import action_note, env_config, make_env
 from dreamer.episodes import EpisodeStats
 from dreamer.evaluation import EvalResult, EvalRunner
 from dreamer.heap import frozen_heap
@@ -63,7 +63,12 @@ def describe_env(env: dict, seed: int) -> tuple:
         detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ConfigError(f"env: cannot create {what}: {detail}") from error
     try:
-        spaces = spaces_from_env(probe)
+        try:
+            spaces = spaces_from_env(probe)
+        except ValueError as error:
+            raise ConfigError(f"env: {error}") from None
+        if note := action_note(probe):
+            log.warning(note)
     finally:
         probe.close()
     achievements = ()

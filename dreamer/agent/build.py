@@ -111,7 +111,7 @@ def _action_spec(spaces: EnvSpaces):
         return MultiOneHot([head.size for head in spaces.action_heads])
     if spaces.discrete:
         return OneHot(spaces.action_dim)
-    return Bounded(spaces.action_low, spaces.action_high, (spaces.action_dim,))
+    return Bounded(-1.0, 1.0, (spaces.action_dim,))  # make_env rescales to the env's bounds
 
 
 def latent_sizes(model) -> tuple[int, int]:

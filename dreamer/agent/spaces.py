@@ -34,9 +34,7 @@ class ObsKey:
 class EnvSpaces:
     obs: tuple[ObsKey, ...]
     action_dim: int
-    discrete: bool
-    action_low: float = -1.0
-    action_high: float = 1.0
+    discrete: bool  # else a box the actor acts in as [-1, 1] per dimension (env rescales)
     # Multi-head discrete actions (MultiOneHot): one Head per head, masks included.
     action_heads: tuple[Head, ...] = ()
 
@@ -49,13 +47,27 @@ class EnvSpaces:
         return tuple(key for key in self.obs if key.kind == "vector")
 
 
-def _obs_kind(spec: TensorSpec) -> str:
-    if len(spec.shape) == 3 and spec.shape[-1] in (1, 3) and spec.dtype == torch.uint8:
+IMAGE_MULTIPLE = 16  # the CNNs halve the image 4 times (CNN_MULTS)
+
+
+def _obs_kind(name: str, spec: TensorSpec) -> str:
+    shape = tuple(spec.shape)
+    if len(shape) == 3 and shape[-1] in (1, 3) and spec.dtype == torch.uint8:
+        if shape[0] % IMAGE_MULTIPLE or shape[1] % IMAGE_MULTIPLE:
+            raise ValueError(
+                f"image observation {name!r} is {shape[0]}x{shape[1]}: its sides must be "
+                f"multiples of {IMAGE_MULTIPLE}; set env.size (e.g. env.size=64) to resize it"
+            )
         return "image"
-    if len(spec.shape) <= 1:
+    if len(shape) <= 1:
         return "vector"
+    if len(shape) == 3 and spec.dtype == torch.uint8:
+        raise ValueError(
+            f"image observation {name!r} has {shape[-1]} channels: expected 1 or 3; set "
+            "env.gray=true for one channel (and env.size to resize it)"
+        )
     raise ValueError(
-        f"unsupported observation shape {tuple(spec.shape)} ({spec.dtype}): "
+        f"unsupported observation {name!r} of shape {shape} ({spec.dtype}): "
         "expected an HWC uint8 image or a flat vector"
     )
 
@@ -78,7 +90,7 @@ def spaces_from_specs(
             continue
         spec = observation_spec[name]
         shape = tuple(spec.shape) if len(spec.shape) else (1,)
-        obs.append(ObsKey(name, shape, _obs_kind(spec)))
+        obs.append(ObsKey(name, shape, _obs_kind(name, spec)))
     if not obs:
         raise ValueError("the environment has no observation the agent can encode")
     if isinstance(action_spec, MultiOneHot):  # a OneHot subclass: test it first
@@ -91,6 +103,4 @@ def spaces_from_specs(
         return EnvSpaces(tuple(obs), int(action_spec.shape[-1]), discrete=True)
     if len(action_spec.shape) != 1:
         raise ValueError(f"unsupported action shape {tuple(action_spec.shape)}")
-    low = float(action_spec.space.low.min())
-    high = float(action_spec.space.high.max())
-    return EnvSpaces(tuple(obs), int(action_spec.shape[-1]), False, low, high)
+    return EnvSpaces(tuple(obs), int(action_spec.shape[-1]), discrete=False)

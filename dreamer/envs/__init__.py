@@ -1,7 +1,8 @@
 """``make_env``: one environment for the agent, as a torchrl ``EnvBase``.
 
 Adapters: ``crafter`` (embedded default), ``cartpole`` and ``gym`` (any gymnasium id),
-``cue`` (a probe task for learning checks), ``minedojo`` (needs the ``minedojo`` extra).
+``cue`` (a probe task for learning checks), ``dmc`` and ``atari`` (the ``dmc`` and
+``atari`` extras), ``minedojo`` (needs the ``minedojo`` extra).
 Every env carries the transforms the DreamerV3 acting policy needs: ``is_init``, an
 episode step counter and return, and zero-initialised ``state``/``belief``/
 ``previous_action`` entries that the policy fills and ``step_mdp`` carries.
@@ -18,6 +19,7 @@ import numpy as np
 import torch
 from torchrl.data import Unbounded
 from torchrl.envs import (
+    ActionScaling,
     ClipTransform,
     Compose,
     DoubleToFloat,
@@ -85,7 +87,38 @@ def _adapter(env: Mapping, seed: int) -> Callable[[], gymnasium.Env]:
         from dreamer.envs.minedojo import from_config
 
         return functools.partial(from_config, env, seed)
-    return functools.partial(gymnasium.make, env["id"])
+    if env["name"] == "dmc":
+        from dreamer.envs.dmc import DMCEnv
+
+        return functools.partial(
+            DMCEnv, env["task"], env["obs"], env["size"], env["repeat"], seed=seed
+        )
+    if env["name"] == "atari":
+        from dreamer.envs.atari import make_atari
+
+        return functools.partial(make_atari, env, seed)
+    return functools.partial(_make_gym, env)
+
+
+def _make_gym(env: Mapping) -> gymnasium.Env:
+    """``env=gym``/``cartpole``: ``gymnasium.make(env.id, **env.kwargs)`` with the image keys."""
+    from dreamer.envs.wrappers import ActionRepeat, ImageObservation, RenderedFrames
+
+    kwargs = dict(env.get("kwargs") or {})
+    if env.get("pixels"):
+        kwargs["render_mode"] = "rgb_array"
+    if env["id"].startswith("ALE/"):  # ale-py registers its ids only when imported
+        import ale_py
+
+        gymnasium.register_envs(ale_py)
+    made = gymnasium.make(env["id"], **kwargs)
+    if env.get("pixels"):
+        made = RenderedFrames(made)
+    if env.get("repeat", 1) > 1:
+        made = ActionRepeat(made, env["repeat"])
+    if env.get("size") or env.get("gray"):
+        made = ImageObservation(made, env.get("size", 0), env.get("gray", False))
+    return made
 
 
 def _base_env(env: Mapping, seed: int) -> tuple[EnvBase, int]:
@@ -96,7 +129,29 @@ def _base_env(env: Mapping, seed: int) -> tuple[EnvBase, int]:
         from dreamer.envs.crafter import ACHIEVEMENTS
 
         base.set_info_dict_reader(_CrafterAchievements(ACHIEVEMENTS))
-    return base, env["length"] if env["name"] in ("cartpole", "gym") else 0
+    return base, env["length"] if env["name"] in ("atari", "cartpole", "dmc", "gym") else 0
+
+
+def finite_action_bounds(action_spec) -> bool:
+    """Whether a continuous action spec has a finite low and high in every dimension;
+    an action with an infinite bound is passed to the env unscaled."""
+    space = getattr(action_spec, "space", None)
+    if not hasattr(space, "low"):
+        return False
+    limit = torch.finfo(space.low.dtype).max  # torchrl's Unbounded stores +-finfo.max
+    low, high = space.low, space.high
+    return bool((low.isfinite() & high.isfinite() & (low > -limit) & (high < limit)).all())
+
+
+def action_note(env: EnvBase) -> str | None:
+    """A start-up warning for a continuous action the agent cannot rescale."""
+    spec = env.base_env.full_action_spec["action"]
+    if spec.domain != "continuous" or finite_action_bounds(spec):
+        return None
+    return (
+        f"the env's continuous action has an infinite bound (low {spec.space.low.tolist()}, "
+        f"high {spec.space.high.tolist()}): the actor's [-1, 1] actions are passed unscaled"
+    )
 
 
 def env_config(env: dict, logdir: Path) -> dict:
@@ -126,9 +181,11 @@ def make_env(
     if env.get("reward_scale", 1.0) != 1.0:
         transforms.append(RewardScaling(0.0, env["reward_scale"]))
     action_spec = base.full_action_spec["action"]
-    if action_spec.domain == "continuous":
-        low, high = action_spec.space.low, action_spec.space.high
-        transforms.append(ClipTransform(in_keys_inv=["action"], low=low.min(), high=high.max()))
+    if action_spec.domain == "continuous" and finite_action_bounds(action_spec):
+        # The actor acts in [-1, 1] per dimension; each dimension is rescaled to its own
+        # [low, high] (as the official NormalizeAction does). Inverse transforms run last
+        # to first: clip to [-1, 1], then rescale.
+        transforms += [ActionScaling(), ClipTransform(in_keys_inv=["action"], low=-1.0, high=1.0)]
     if latent is not None:
         state, belief = latent
         action_size = action_spec.shape[-1]

@@ -1,0 +1,109 @@
+"""gymnasium adapter for the DeepMind Control Suite (``pip install -e '.[dmc]'``).
+
+``env.task=<domain>_<task>`` names a suite task (``cartpole_balance``, ``walker_walk``,
+``ball_in_cup_catch``; the official configs' ``cup_catch`` works too). ``env.obs``:
+``proprio`` gives every suite observation array flattened into a vector key of its own
+name, ``vision`` an ``image`` key of ``env.size`` RGB frames from the camera the official
+configs use (2 for quadruped, else 0), ``both`` both. ``env.repeat`` repeats each action.
+Episodes end at the suite's time limit (1000 physics steps) as a truncation; a zero
+discount ends one as terminated.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import gymnasium
+import numpy as np
+
+CAMERAS = {"quadruped": 2}  # the official DMC env's DEFAULT_CAMERAS; every other domain: 0
+ALIASES = {"cup": "ball_in_cup"}  # official task names use the short domain
+
+
+def choose_gl_backend() -> str:
+    """MuJoCo's headless renderer: ``MUJOCO_GL`` if set, else ``egl`` where an NVIDIA
+    GPU is present and ``osmesa`` (Debian's libosmesa6) on a CPU machine. Must run before
+    dm_control is imported; the choice is exported so env worker processes inherit it."""
+    if "MUJOCO_GL" not in os.environ:
+        os.environ["MUJOCO_GL"] = "egl" if Path("/dev/nvidiactl").exists() else "osmesa"
+    return os.environ["MUJOCO_GL"]
+
+
+def task_names() -> dict[str, tuple[str, str]]:
+    """Every suite task as ``<domain>_<task>`` -> (domain, task)."""
+    choose_gl_backend()
+    from dm_control import suite
+
+    return {f"{domain}_{task}": (domain, task) for domain, task in suite.ALL_TASKS}
+
+
+def split_task(name: str) -> tuple[str, str]:
+    """``walker_walk`` -> (walker, walk); KeyError for an unknown task."""
+    names = task_names()
+    if name not in names:
+        domain, _, task = name.partition("_")
+        name = f"{ALIASES.get(domain, domain)}_{task}"
+    return names[name]
+
+
+class DMCEnv(gymnasium.Env):
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(
+        self, task: str, obs: str = "proprio", size: int = 64, repeat: int = 1, seed: int = 0
+    ):
+        choose_gl_backend()
+        from dm_control import suite
+
+        domain, name = split_task(task)
+        self._env = suite.load(domain, name, task_kwargs={"random": seed})
+        self._proprio = obs in ("proprio", "both")
+        self._vision = obs in ("vision", "both")
+        self._size, self._repeat = size, repeat
+        self._camera = CAMERAS.get(domain, 0)
+        self.render_mode = "rgb_array"
+        spaces = {}
+        if self._proprio:
+            for key, spec in self._env.observation_spec().items():
+                size_ = int(np.prod(spec.shape)) if spec.shape else 1
+                spaces[key] = gymnasium.spaces.Box(-np.inf, np.inf, (size_,), np.float32)
+        if self._vision:
+            spaces["image"] = gymnasium.spaces.Box(0, 255, (size, size, 3), np.uint8)
+        self.observation_space = gymnasium.spaces.Dict(spaces)
+        action = self._env.action_spec()
+        self.action_space = gymnasium.spaces.Box(
+            action.minimum.astype(np.float32), action.maximum.astype(np.float32), dtype=np.float32
+        )
+
+    def _obs(self, time_step) -> dict[str, np.ndarray]:
+        obs = {}
+        if self._proprio:
+            for key, value in time_step.observation.items():
+                obs[key] = np.asarray(value, np.float32).reshape(-1)
+        if self._vision:
+            obs["image"] = self.render()
+        return obs
+
+    def render(self) -> np.ndarray:
+        return self._env.physics.render(self._size, self._size, camera_id=self._camera)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self._env.task.random.seed(seed)
+        return self._obs(self._env.reset()), {}
+
+    def step(self, action):
+        reward, time_step = 0.0, None
+        for _ in range(self._repeat):
+            time_step = self._env.step(action)
+            reward += time_step.reward or 0.0
+            if time_step.last():
+                break
+        terminated = time_step.last() and time_step.discount == 0
+        truncated = time_step.last() and not terminated
+        return self._obs(time_step), reward, terminated, truncated, {}
+
+    def close(self):
+        self._env.close()
