@@ -16,7 +16,7 @@ from torchrl.trainers.algorithms import DreamerV3UpdateRatio
 
 from dreamer import checkpoint
 from dreamer.agent.build import build_agent, latent_sizes
-from dreamer.agent.spaces import spaces_from_env
+from dreamer.agent.spaces import spaces_from_env, spaces_to_dict
 from dreamer.checkpoint import RunLock, RunLockedError, StopSignals
 from dreamer.collect import Collection, CollectorError, make_collector, path_note
 from dreamer.config import ConfigError, check_resume, from_argv
@@ -251,7 +251,10 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device: torch.de
         submit_reports(pool, logdir, result, cfg, agent, replay, evaluation.image)
 
     def save() -> bool:
-        state = registry.state_dict() | {"config": OmegaConf.to_container(cfg)}
+        state = registry.state_dict() | {
+            "config": OmegaConf.to_container(cfg),
+            "spaces": spaces_to_dict(spaces),  # the layout Policy.load and warm starts need
+        }
         try:
             path = checkpoint.save(logdir, lockstep.env_steps, state, keep=cfg.run.keep)
         except checkpoint.CheckpointError as error:
