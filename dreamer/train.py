@@ -31,6 +31,7 @@ from dreamer.render import RenderPool, pool_size
 from dreamer.replay import SequenceReplay
 from dreamer.reports import submit_reports
 from dreamer.timing import LoopTimers
+from dreamer.warmstart import warm_start
 
 log = logging.getLogger("dreamer")
 REPLACEMENT_SEED_STRIDE = 7_919  # env seeds of a replacement collector's workers
@@ -200,6 +201,9 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device: torch.de
         registry.register(name, part)
     if resume:  # other ranks keep their own workers' parts (replay shard, episodes, rng)
         registry.load_state_dict(resume, None if world.main else SHARED_PARTS)
+    elif cfg.run.from_checkpoint:  # a new run from another run's weights (every rank alike)
+        parts = list(cfg.run.from_checkpoint_parts)
+        warm_start(learner, agent, spaces, model, cfg.run.from_checkpoint, parts)
     lockstep.start(stats.env_steps)
     start = lockstep.env_steps
     if start >= cfg.run.steps:

@@ -285,3 +285,59 @@ def test_import_dreamer_stays_cheap():
     code = "import sys, dreamer; print([m for m in ('torch', 'torchrl') if m in sys.modules])"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "[]", result.stdout + result.stderr
+
+
+def _loss_entries(logdir: Path, fragment: str) -> dict[str, torch.Tensor]:
+    loss = checkpoint.load(checkpoint.latest(logdir))["learner"]["loss"]
+    return {name: value for name, value in loss.items() if fragment in name}
+
+
+def test_warm_start_takes_the_chosen_parts_and_starts_empty(cartpole_run, tmp_path):
+    logdir = tmp_path / "warm"
+    result = run_trainer(
+        logdir,
+        *CARTPOLE,
+        "run.steps=100",
+        "run.train_starts=1000",  # no update: the checkpoint holds the first weights
+        f"run.from_checkpoint={cartpole_run}",
+        "run.from_checkpoint_parts=[world_model,critic]",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "warm start from" in result.stderr and "world_model, critic" in result.stderr
+    state = checkpoint.load(checkpoint.latest(logdir))
+    assert state["steps"]["env_steps"] == 100 and state["learner"]["updates"] == 0
+    assert int(state["replay"]["written"].sum()) == 100  # this run's steps only: replay began empty
+    for fragment, same in (
+        ("model_loss.", True),
+        ("value_loss.value_model", True),
+        ("actor_model", False),
+    ):
+        source, warm = _loss_entries(cartpole_run, fragment), _loss_entries(logdir, fragment)
+        assert source and source.keys() == warm.keys()
+        equal = all(torch.equal(source[name], warm[name]) for name in source)
+        assert equal == same, fragment
+
+
+def test_warm_start_refuses_another_layout_or_a_non_checkpoint(cartpole_run, tmp_path):
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(b"\x00" * 64)
+    for overrides, named in (
+        (
+            ["env=gym", "env.id=Pendulum-v1"],
+            "observation 'observation': vector (4,) vs vector (3,)",
+        ),
+        (["env=cartpole", "model.deter=128"], "model.deter 64 there, 128 here"),
+    ):
+        result = run_trainer(
+            tmp_path / "refused",
+            "experiment=smoke",
+            *overrides,
+            f"run.from_checkpoint={cartpole_run}",
+            timeout=120,
+        )
+        assert result.returncode == 2, result.stderr[-2000:]
+        last = result.stderr.strip().splitlines()[-1]
+        assert last.startswith("error: run.from_checkpoint:") and named in last, last
+        assert not (tmp_path / "refused").exists()
+    result = run_trainer(tmp_path / "refused", *CARTPOLE, f"run.from_checkpoint={junk}")
+    assert result.returncode == 2 and "not a checkpoint" in result.stderr.strip().splitlines()[-1]
