@@ -210,11 +210,11 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device: torch.de
         log.info("nothing to do: %d env steps already done (run.steps=%d)", start, cfg.run.steps)
         return 0
     collection.start()
-    metrics_writer = MetricsWriter(logdir) if world.main else None
+    metrics_writer = MetricsWriter.from_config(cfg, logdir) if world.main else None
     evaluation, pool = None, None
     if world.main and 0 < cfg.eval.every <= cfg.run.steps:  # an evaluation is due
         evaluation = EvalRunner.from_config(cfg, env, spaces, achievements)
-        pool = RenderPool(pool_size(cfg.eval.render_workers))
+        pool = RenderPool(pool_size(cfg.eval.render_workers), on_file=metrics_writer.log_file)
         pool.start()
         eval_due = Every(cfg.eval.every, start - start % cfg.eval.every)
     progress = Progress(cfg.run.steps, initial=start, enabled=cfg.run.progress and world.main)
