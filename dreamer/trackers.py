@@ -17,6 +17,7 @@ import netrc
 import os
 import queue
 import threading
+import uuid
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -127,10 +128,9 @@ class WandbTracker:
         self.offline = cfg["mode"] == "offline" or (cfg["mode"] == "auto" and not has_wandb_key())
 
     def start(self, params: dict) -> str:
-        import wandb
         from torchrl.record.loggers.wandb import WandbLogger
 
-        self.run_id = self.run_id or wandb.util.generate_id()
+        self.run_id = self.run_id or uuid.uuid4().hex[:8]
         self.logger = WandbLogger(
             self.logdir.name,
             offline=self.offline,
