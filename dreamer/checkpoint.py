@@ -82,6 +82,32 @@ def load(path: Path) -> dict:
     return state
 
 
+def find(path: str | Path) -> Path:
+    """The checkpoint a user names: a file, or the latest in a run directory or in its
+    ``checkpoints`` folder. ``CheckpointError`` (one line) when there is none."""
+    path = Path(path)
+    if path.is_dir():
+        found = latest(path.parent if path.name == "checkpoints" else path)
+        if found is None:
+            raise CheckpointError(f"{path}: no checkpoint in it (expected {PREFIX}*.pt files)")
+        return found
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such checkpoint file or run directory")
+    return path
+
+
+def load_checked(path: Path) -> dict:
+    """``load``, with a file that is not a dreamer checkpoint refused in one line."""
+    try:
+        state = load(path)
+    except Exception as error:  # torch.load raises many kinds on a foreign file
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CheckpointError(f"{path}: not a checkpoint ({detail[:120]})") from None
+    if not isinstance(state, dict) or not {"learner", "config", "steps"} <= set(state):
+        raise CheckpointError(f"{path}: not a dreamer checkpoint (no learner, config and steps)")
+    return state
+
+
 def latest_state(logdir: Path) -> dict | None:
     found = latest(logdir)
     return load(found) if found else None

@@ -34,7 +34,14 @@ def _f(default: Any = MISSING, check: str | None = None, choices: tuple[str, ...
     return field(default=default, metadata={"check": check, "choices": choices})
 
 
+def _list(default: list[str]) -> Any:
+    """A list-of-strings schema field (checked in ``_validate``)."""
+    return field(default_factory=lambda: list(default), metadata={"check": None, "choices": ()})
+
+
 TRISTATE = ("auto", "true", "false")
+WARM_START_PARTS = ("world_model", "actor", "critic", "optimizer")
+LOGGERS = ("jsonl", "tensorboard", "wandb", "mlflow")
 
 
 @dataclass
@@ -102,6 +109,8 @@ class RunConfig:
     keep: int = _f(3, ">= 1")  # checkpoints kept
     progress: bool = _f(True)  # tqdm bar
     gc_freeze: bool = _f(True)  # gc.freeze() the setup heap for the loop (off: to measure it)
+    from_checkpoint: str | None = _f(None)  # a new run starts from this run dir's / file's weights
+    from_checkpoint_parts: list[str] = _list(["world_model", "actor", "critic"])
 
 
 @dataclass
@@ -163,6 +172,26 @@ class EvalConfig:
 
 
 @dataclass
+class MlflowConfig:
+    uri: str | None = _f(None)  # None: a file: store in <run.logdir>/mlflow; or http://host:port
+    experiment: str = _f("dreamer")
+
+
+@dataclass
+class WandbConfig:
+    project: str = _f("dreamer")
+    entity: str | None = _f(None)
+    mode: str = _f("auto", choices=("auto", "online", "offline"))  # auto: offline without a key
+
+
+@dataclass
+class LoggerConfig:
+    use: list[str] = _list(["jsonl", "tensorboard"])  # `logger=[...]` sets this
+    mlflow: MlflowConfig = field(default_factory=MlflowConfig)
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+
+
+@dataclass
 class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -171,6 +200,7 @@ class Config:
     collector: CollectorConfig = field(default_factory=CollectorConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
 
 
 # --------------------------------------------------------------------------- errors
@@ -222,6 +252,8 @@ def _check_overrides(overrides: list[str]) -> list[str]:
 
     parser, kept = OverridesParser.create(), []
     for text in overrides:
+        if text.startswith("logger="):  # the documented shorthand for logger.use=[...]
+            text = "logger.use=" + text.split("=", 1)[1]
         key, _, raw = text.lstrip("+~").partition("=")
         try:
             (ov,) = parser.parse_overrides([text])
@@ -374,10 +406,13 @@ def _check_machine(cfg: DictConfig) -> None:
             "and none is available; allowed here: false"
         )
     _check_env_package(cfg.env)
+    for tracker in ("wandb", "mlflow"):
+        if tracker in cfg.logger.use and not _installed(tracker):
+            raise ConfigError(
+                f"logger: {tracker} is not installed; install it with pip install -e '.[{tracker}]'"
+            )
     if cfg.env.name == "minedojo":
-        import importlib.util
-
-        if importlib.util.find_spec("minedojo") is None:
+        if not _installed("minedojo"):
             raise ConfigError(
                 "env: minedojo is not installed; install it with pip install -e '.[minedojo]'"
                 " (MineDojo also needs gym 0.21, numpy<2, JDK 8 and xvfb: see README)"
@@ -448,6 +483,44 @@ def _check_collector(collector: DictConfig, envs: int) -> None:
         )
 
 
+def _check_lists(cfg: DictConfig) -> None:
+    """The list-valued keys: loggers and warm-start parts."""
+    for name in cfg.logger.use:
+        if name not in LOGGERS:
+            raise ConfigError(f"logger: unknown logger {name!r}; allowed: {', '.join(LOGGERS)}")
+    if "jsonl" not in cfg.logger.use:
+        raise ConfigError(
+            "logger: jsonl is required (resumes and reports read metrics.jsonl); "
+            f"got {list(cfg.logger.use)}"
+        )
+    parts = list(cfg.run.from_checkpoint_parts)
+    for part in parts:
+        if part not in WARM_START_PARTS:
+            raise ConfigError(
+                f"run.from_checkpoint_parts: unknown part {part!r}; "
+                f"allowed: {', '.join(WARM_START_PARTS)}"
+            )
+    if "optimizer" in parts and not {"world_model", "actor", "critic"} <= set(parts):
+        raise ConfigError(
+            "run.from_checkpoint_parts: optimizer needs world_model, actor and critic too "
+            f"(its moments belong to all their weights); got {parts}"
+        )
+    source = cfg.run.from_checkpoint
+    if source is not None and not Path(source).exists():
+        raise ConfigError(
+            f"run.from_checkpoint: {source}: no such checkpoint file or run directory"
+        )
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ValueError:  # sys.modules[module] is None: imports of it are blocked
+        return False
+
+
 def _check_gym_id(env_id: str) -> None:
     """A registered gymnasium id, or ``package.module:Id-v0`` whose module registers it."""
     import importlib
@@ -494,6 +567,7 @@ def _validate(cfg: DictConfig, ranks: int) -> None:
             f" = {r.length * cfg.run.envs}), got {r.size}"
         )
     _check_collector(cfg.collector, envs)
+    _check_lists(cfg)
     if cfg.env.name in ("cartpole", "gym"):
         _check_gym_id(cfg.env.id)
     elif cfg.env.name in ("atari", "crafter", "cue", "dmc") and cfg.env.size < 16:
@@ -584,6 +658,11 @@ RESUMABLE_KEYS = (
     "learner.compile",
     "learner.cudagraph",
     *(f"eval.{f.name}" for f in dataclasses.fields(EvalConfig)),
+    "run.from_checkpoint",  # used when a run starts; a resume ignores them
+    "run.from_checkpoint_parts",
+    "logger.use",
+    *(f"logger.mlflow.{f.name}" for f in dataclasses.fields(MlflowConfig)),
+    *(f"logger.wandb.{f.name}" for f in dataclasses.fields(WandbConfig)),
 )
 
 

@@ -1,4 +1,5 @@
-"""Run outputs: ``metrics.jsonl``, TensorBoard events and the progress bar."""
+"""Run outputs: ``metrics.jsonl``, TensorBoard events, experiment trackers (see
+``trackers.py``) and the progress bar."""
 
 from __future__ import annotations
 
@@ -28,9 +29,11 @@ def setup_logging(rank: int = 0) -> None:
 
 
 class MetricsWriter:
-    """Appends one JSON object per log interval; mirrors scalars to TensorBoard."""
+    """Appends one JSON object per log interval; mirrors scalars to TensorBoard and to
+    the experiment trackers, and hands them the files drawn for evaluations."""
 
-    def __init__(self, logdir: Path, tensorboard: bool = True):
+    def __init__(self, logdir: Path, tensorboard: bool = True, trackers=()):
+        self.trackers = list(trackers)
         self.path = logdir / "metrics.jsonl"
         self.file = self.path.open("a", encoding="utf-8")
         self.tensorboard = None
@@ -38,6 +41,22 @@ class MetricsWriter:
             from torch.utils.tensorboard import SummaryWriter
 
             self.tensorboard = SummaryWriter(str(logdir / "tensorboard"))
+
+    @classmethod
+    def from_config(cls, cfg, logdir: Path) -> MetricsWriter:
+        """The outputs ``logger.use`` names (``metrics.jsonl`` always)."""
+        from omegaconf import OmegaConf
+
+        from dreamer.trackers import start_trackers
+
+        use = list(cfg.logger.use)
+        logger = OmegaConf.to_container(cfg.logger)
+        trackers = start_trackers(use, logdir, logger, OmegaConf.to_container(cfg, resolve=True))
+        return cls(logdir, tensorboard="tensorboard" in use, trackers=trackers)
+
+    def log_file(self, path: Path) -> None:
+        for tracker in self.trackers:
+            tracker.file(Path(path))
 
     @staticmethod
     def truncate(logdir: Path, last_step: int) -> None:
@@ -65,11 +84,15 @@ class MetricsWriter:
             for key, value in metrics.items():
                 if isinstance(value, int | float) and math.isfinite(value):
                     self.tensorboard.add_scalar(key, value, step)
+        for tracker in self.trackers:
+            tracker.metrics(step, metrics)
 
     def close(self) -> None:
         self.file.close()
         if self.tensorboard is not None:
             self.tensorboard.close()
+        for tracker in self.trackers:
+            tracker.close()
 
 
 def _step(line: str) -> int | None:

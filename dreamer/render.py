@@ -124,8 +124,9 @@ def video(path: Path, frames: np.ndarray, fps: int = 16) -> Path:
 RENDERERS = {"open_loop": open_loop, "curve": curve, "bars": bars, "video": video}
 
 
-def draw(kind: str, path: Path, arguments: dict) -> None:
-    RENDERERS[kind](Path(path), **arguments)
+def draw(kind: str, path: Path, arguments: dict) -> Path:
+    """Draw; returns the file written (a video's suffix is chosen by ``video``)."""
+    return RENDERERS[kind](Path(path), **arguments) or Path(path)
 
 
 def _start_worker(parent: int) -> None:
@@ -163,8 +164,10 @@ def default_workers() -> int:
 class RenderPool:
     """Draws submitted figures inline (0 workers) or on spawned worker processes."""
 
-    def __init__(self, workers: int):
+    def __init__(self, workers: int, on_file=None):
+        """``on_file(path)``: called with each file drawn (e.g. to send it to trackers)."""
         self.workers = workers
+        self.on_file = on_file
         self.failures: list[str] = []
         self._pending: list[tuple[Path, Future]] = []
         self._pool = None
@@ -183,9 +186,12 @@ class RenderPool:
     def submit(self, kind: str, path: Path, **arguments) -> None:
         if self._pool is None:
             try:
-                draw(kind, path, arguments)
+                written = draw(kind, path, arguments)
             except Exception as error:  # noqa: BLE001 - a figure must not end the run
                 self._failed(path, error)
+                return
+            if self.on_file is not None:
+                self.on_file(written)
             return
         self._pending.append((Path(path), self._pool.submit(draw, kind, path, arguments)))
         self.collect()
@@ -201,9 +207,12 @@ class RenderPool:
         for path, future in self._pending:
             if wait or future.done():
                 try:
-                    future.result()
+                    written = future.result()
                 except Exception as error:  # noqa: BLE001
                     self._failed(path, error)
+                    continue
+                if self.on_file is not None:
+                    self.on_file(written)
             else:
                 still.append((path, future))
         self._pending = still

@@ -16,7 +16,7 @@ from torchrl.trainers.algorithms import DreamerV3UpdateRatio
 
 from dreamer import checkpoint
 from dreamer.agent.build import build_agent, latent_sizes
-from dreamer.agent.spaces import spaces_from_env
+from dreamer.agent.spaces import spaces_from_env, spaces_to_dict
 from dreamer.checkpoint import RunLock, RunLockedError, StopSignals
 from dreamer.collect import Collection, CollectorError, make_collector, path_note
 from dreamer.config import ConfigError, check_resume, from_argv
@@ -31,6 +31,7 @@ from dreamer.render import RenderPool, pool_size
 from dreamer.replay import SequenceReplay
 from dreamer.reports import submit_reports
 from dreamer.timing import LoopTimers
+from dreamer.warmstart import warm_start
 
 log = logging.getLogger("dreamer")
 REPLACEMENT_SEED_STRIDE = 7_919  # env seeds of a replacement collector's workers
@@ -205,17 +206,20 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device: torch.de
         registry.register(name, part)
     if resume:  # other ranks keep their own workers' parts (replay shard, episodes, rng)
         registry.load_state_dict(resume, None if world.main else SHARED_PARTS)
+    elif cfg.run.from_checkpoint:  # a new run from another run's weights (every rank alike)
+        parts = list(cfg.run.from_checkpoint_parts)
+        warm_start(learner, agent, spaces, model, cfg.run.from_checkpoint, parts)
     lockstep.start(stats.env_steps)
     start = lockstep.env_steps
     if start >= cfg.run.steps:
         log.info("nothing to do: %d env steps already done (run.steps=%d)", start, cfg.run.steps)
         return 0
     collection.start()
-    metrics_writer = MetricsWriter(logdir) if world.main else None
+    metrics_writer = MetricsWriter.from_config(cfg, logdir) if world.main else None
     evaluation, pool = None, None
     if world.main and 0 < cfg.eval.every <= cfg.run.steps:  # an evaluation is due
         evaluation = EvalRunner.from_config(cfg, env, spaces, achievements)
-        pool = RenderPool(pool_size(cfg.eval.render_workers))
+        pool = RenderPool(pool_size(cfg.eval.render_workers), on_file=metrics_writer.log_file)
         pool.start()
         eval_due = Every(cfg.eval.every, start - start % cfg.eval.every)
     progress = Progress(cfg.run.steps, initial=start, enabled=cfg.run.progress and world.main)
@@ -256,7 +260,10 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device: torch.de
         submit_reports(pool, logdir, result, cfg, agent, replay, evaluation.image)
 
     def save() -> bool:
-        state = registry.state_dict() | {"config": OmegaConf.to_container(cfg)}
+        state = registry.state_dict() | {
+            "config": OmegaConf.to_container(cfg),
+            "spaces": spaces_to_dict(spaces),  # the layout Policy.load and warm starts need
+        }
         try:
             path = checkpoint.save(logdir, lockstep.env_steps, state, keep=cfg.run.keep)
         except checkpoint.CheckpointError as error:

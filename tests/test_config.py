@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from dreamer.config import ConfigError, load, resolved_logdir
 
-SECTIONS = {"env", "model", "run", "replay", "collector", "learner", "eval"}
+SECTIONS = {"env", "model", "run", "replay", "collector", "learner", "eval", "logger"}
 CLI = "import sys; from dreamer.config import from_argv; from_argv(sys.argv[1:])"
 
 # deter, hidden, classes, cnn_depth, units (DreamerV3 author's configs.yaml)
@@ -192,6 +192,13 @@ BAD = [
     (["eval.render_workers=-2"], "eval.render_workers"),
     (["eval.render_workers=many"], "eval.render_workers"),
     (["eval.timeout=0"], "eval.timeout"),
+    (["logger=[jsonl,nope]"], "logger"),
+    (["logger=[tensorboard]"], "logger"),  # metrics.jsonl is always written
+    (["logger.mlflow.nope=1"], "logger.mlflow.nope"),
+    (["logger.wandb.mode=cloud"], "logger.wandb.mode"),
+    (["run.from_checkpoint=/no/such/run"], "run.from_checkpoint"),
+    (["run.from_checkpoint_parts=[brain]"], "run.from_checkpoint_parts"),
+    (["run.from_checkpoint_parts=[optimizer]"], "run.from_checkpoint_parts"),
 ]
 
 
@@ -233,6 +240,21 @@ def test_cfg_job_prints_yaml(flag, tmp_path):
     assert isinstance(cfg, dict) and set(cfg) == SECTIONS
     assert cfg["env"]["name"] == "cartpole" and cfg["run"]["steps"] == 2000
     assert cfg["run"]["logdir"].startswith("runs/cartpole/")
+
+
+@pytest.mark.parametrize("tracker", ["wandb", "mlflow"])
+def test_a_tracker_whose_extra_is_missing_exits_2_naming_the_extra(tracker, tmp_path):
+    blocked = f"import sys; sys.modules[{tracker!r}] = None; " + CLI  # as if not installed
+    proc = subprocess.run(
+        [sys.executable, "-c", blocked, f"logger=[jsonl,{tracker}]"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        f"error: logger: {tracker} is not installed; install it with pip install -e '.[{tracker}]'"
+    )
 
 
 def test_help():

@@ -72,7 +72,7 @@ def _two_hot_head(net: nn.Module, prefix, name: str, in_keys, bins: int) -> Tens
     )
 
 
-def _make_actor(spaces: EnvSpaces, features: int, model) -> ProbabilisticTensorDictSequential:
+def make_actor(spaces: EnvSpaces, features: int, model) -> ProbabilisticTensorDictSequential:
     if spaces.action_heads:
         return masked_multi_head_actor(
             features,
@@ -120,15 +120,8 @@ def latent_sizes(model) -> tuple[int, int]:
     return model.stoch * model.classes, model.deter
 
 
-def build_agent(model, learner, spaces: EnvSpaces, ranks: int = 1) -> Agent:
-    """Build every network and the DreamerV3 loss from the ``model`` and ``learner``
-    config nodes (attribute access: deter, hidden, stoch, classes, ...). ``ranks``:
-    data-parallel ranks sharing an update, each imagining from its share of
-    ``learner.imag_starts``."""
-    state_dim, _ = latent_sizes(model)
-    features = state_dim + model.deter
-    obs_names = [key.name for key in spaces.obs]
-
+def build_rssm(model, spaces: EnvSpaces) -> tuple[MultiEncoder, RSSMPriorV3, RSSMPosteriorV3]:
+    """The observation encoder and the RSSM cell (prior with its block GRU, posterior)."""
     encoder = MultiEncoder(spaces, model.cnn_depth, model.units, model.layers)
     prior = RSSMPriorV3(
         action_shape=(spaces.action_dim,),
@@ -150,6 +143,55 @@ def build_agent(model, learner, spaces: EnvSpaces, ranks: int = 1) -> Agent:
         use_rms_norm=True,
         unimix=model.unimix,
     )
+    return encoder, prior, posterior
+
+
+def acting_policy(
+    encoder: MultiEncoder,
+    prior: RSSMPriorV3,
+    posterior: RSSMPosteriorV3,
+    actor: ProbabilisticTensorDictSequential,
+    obs_names: list[str],
+) -> TensorDictSequential:
+    """Observation -> posterior latent -> action, with the latent carried in ``next``."""
+    return TensorDictSequential(
+        TensorDictModule(encoder, in_keys=obs_names, out_keys=["encoded_latents"]),
+        RSSMStateEstimatorV3(prior, posterior),
+        actor,
+        TensorDictModule(
+            Carry(),
+            in_keys=["state", "belief", "action"],
+            out_keys=[("next", "state"), ("next", "belief"), ("next", "previous_action")],
+        ),
+        selected_out_keys=[
+            "action",
+            "state",
+            "belief",
+            ("next", "state"),
+            ("next", "belief"),
+            ("next", "previous_action"),
+        ],
+    )
+
+
+def build_acting(model, spaces: EnvSpaces) -> TensorDictSequential:
+    """Only what acting needs (encoder, RSSM cell, actor): no decoder, heads or loss."""
+    encoder, prior, posterior = build_rssm(model, spaces)
+    state_dim, _ = latent_sizes(model)
+    actor = make_actor(spaces, state_dim + model.deter, model)
+    return acting_policy(encoder, prior, posterior, actor, [key.name for key in spaces.obs])
+
+
+def build_agent(model, learner, spaces: EnvSpaces, ranks: int = 1) -> Agent:
+    """Build every network and the DreamerV3 loss from the ``model`` and ``learner``
+    config nodes (attribute access: deter, hidden, stoch, classes, ...). ``ranks``:
+    data-parallel ranks sharing an update, each imagining from its share of
+    ``learner.imag_starts``."""
+    state_dim, _ = latent_sizes(model)
+    features = state_dim + model.deter
+    obs_names = [key.name for key in spaces.obs]
+
+    encoder, prior, posterior = build_rssm(model, spaces)
     decoder = MultiDecoder(spaces, features, model.cnn_depth, model.units, model.layers)
     reward_net = _head(features, model.bins, model, outscale=0.0)
     continue_net = _head(features, 1, model)
@@ -203,7 +245,7 @@ def build_agent(model, learner, spaces: EnvSpaces, ranks: int = 1) -> Agent:
         TensorDictModule(nn.Sigmoid(), in_keys=["continue_logits"], out_keys=["continuation"]),
     )
 
-    actor = _make_actor(spaces, features, model)
+    actor = make_actor(spaces, features, model)
     value = _two_hot_head(
         _head(features, model.bins, model, outscale=0.0),
         (),
@@ -259,24 +301,7 @@ def build_agent(model, learner, spaces: EnvSpaces, ranks: int = 1) -> Agent:
     )
     target_updater = SoftUpdate(value_loss, tau=learner.slow_critic)
 
-    policy = TensorDictSequential(
-        TensorDictModule(encoder, in_keys=obs_names, out_keys=["encoded_latents"]),
-        RSSMStateEstimatorV3(prior, posterior),
-        actor,
-        TensorDictModule(
-            Carry(),
-            in_keys=["state", "belief", "action"],
-            out_keys=[("next", "state"), ("next", "belief"), ("next", "previous_action")],
-        ),
-        selected_out_keys=[
-            "action",
-            "state",
-            "belief",
-            ("next", "state"),
-            ("next", "belief"),
-            ("next", "previous_action"),
-        ],
-    )
+    policy = acting_policy(encoder, prior, posterior, actor, obs_names)
     return Agent(spaces, world_model, actor, value, policy, loss, target_updater)
 
 

@@ -6,6 +6,7 @@ not hold live torchrl specs or environments.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -104,3 +105,38 @@ def spaces_from_specs(
     if len(action_spec.shape) != 1:
         raise ValueError(f"unsupported action shape {tuple(action_spec.shape)}")
     return EnvSpaces(tuple(obs), int(action_spec.shape[-1]), discrete=False)
+
+
+def spaces_to_dict(spaces: EnvSpaces) -> dict:
+    """Plain data (checkpoints hold it: no pickled classes of ours)."""
+    return dataclasses.asdict(spaces)
+
+
+def spaces_from_dict(data: dict) -> EnvSpaces:
+    heads = tuple(
+        Head(head["size"], head["mask"], tuple(tuple(gate) for gate in head["gated_by"]))
+        for head in data["action_heads"]
+    )
+    obs = tuple(ObsKey(key["name"], tuple(key["shape"]), key["kind"]) for key in data["obs"])
+    return EnvSpaces(
+        obs,
+        data["action_dim"],
+        data["discrete"],
+        heads,
+    )
+
+
+def layout_difference(before: EnvSpaces, after: EnvSpaces) -> str | None:
+    """What differs between two observation/action layouts, in words; None if equal."""
+    old = {key.name: key for key in before.obs}
+    new = {key.name: key for key in after.obs}
+    if set(old) != set(new):
+        return f"observation keys {sorted(old)} vs {sorted(new)}"
+    for name, key in old.items():
+        other = new[name]
+        if (key.shape, key.kind) != (other.shape, other.kind):
+            return f"observation {name!r}: {key.kind} {key.shape} vs {other.kind} {other.shape}"
+    for field in ("discrete", "action_dim", "action_heads"):
+        if getattr(before, field) != getattr(after, field):
+            return f"action {field}: {getattr(before, field)} vs {getattr(after, field)}"
+    return None

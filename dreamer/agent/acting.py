@@ -1,0 +1,80 @@
+"""The greedy acting step as a plain tensor module, for ``torch.export``.
+
+The collector and ``dreamer.Policy`` act through a TensorDict policy (``acting_policy``
+in ``build.py``); ``torch.export`` needs tensors in and out, so this module calls the same
+torchrl-owned networks (encoder, RSSM prior and posterior, actor net) with the recurrent
+latent as explicit inputs and outputs, and turns the actor's output into the env's action.
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict.nn import TensorDictSequential
+from torch import nn
+from torch.nn import functional
+
+from dreamer.agent.masked import MaskedMultiHead, mask_keys
+from dreamer.agent.spaces import EnvSpaces
+
+
+def env_action(action: torch.Tensor, spaces: EnvSpaces) -> torch.Tensor:
+    """The actor's action (one-hot, concatenated one-hots, or a box vector) as the env
+    takes it: an index, one index per head, or the vector clipped to the bounds (what the
+    env's ``ClipTransform`` does to the collector's actions)."""
+    if spaces.action_heads:
+        parts = action.split([head.size for head in spaces.action_heads], -1)
+        return torch.stack([part.argmax(-1) for part in parts], -1)
+    if spaces.discrete:
+        return action.argmax(-1)
+    return action.clamp(spaces.action_low, spaces.action_high)
+
+
+class GreedyActingStep(nn.Module):
+    """One greedy step: (observations, state, belief, previous action, is_init) ->
+    (env action, state, belief, action). ``is_init`` [B] bool starts a new episode (the
+    latent is zeroed first, as the collector's policy does). The stochastic latent is
+    sampled from the posterior as in training (torch's global RNG); the action is the
+    actor's mode."""
+
+    def __init__(self, policy: TensorDictSequential, spaces: EnvSpaces, unimix: float):
+        super().__init__()
+        encoder, estimator, actor = policy.module[0], policy.module[1], policy.module[2]
+        self.encoder = encoder.module
+        self.prior = estimator.prior
+        self.posterior = estimator.posterior
+        self.actor_net = actor.module[0].module
+        self.obs_names = [key.name for key in spaces.obs]
+        self.spaces = spaces
+        self.masks = list(mask_keys(spaces.action_heads))
+        self.unimix = unimix
+
+    def forward(
+        self,
+        observations: dict[str, torch.Tensor],
+        state: torch.Tensor,
+        belief: torch.Tensor,
+        previous_action: torch.Tensor,
+        is_init: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        embedding = self.encoder(*(observations[name] for name in self.obs_names))
+        reset = is_init.reshape(-1, 1)
+        state = torch.where(reset, 0, state)
+        belief = torch.where(reset, 0, belief)
+        previous_action = torch.where(reset, 0, previous_action)
+        belief = self.prior._update_belief(state, belief, previous_action)  # torchrl's GRU step
+        _, state = self.posterior(belief, embedding)
+        action = self._greedy(state.float(), belief.float(), observations)
+        return env_action(action, self.spaces), state.float(), belief.float(), action
+
+    def _greedy(self, state, belief, observations) -> torch.Tensor:
+        if self.spaces.action_heads:
+            logits = self.actor_net(state, belief)
+            masks = {key: observations[key] for key in self.masks}
+            return MaskedMultiHead(
+                logits, self.spaces.action_heads, self.unimix, **masks
+            ).deterministic_sample
+        if self.spaces.discrete:
+            logits = self.actor_net(state, belief)
+            return functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+        mean, _ = self.actor_net(state, belief)
+        return mean

@@ -1,0 +1,137 @@
+"""The greedy acting policy as one file that plain PyTorch loads.
+
+    python -m dreamer.export run.logdir=<dir> [export.path=FILE] [export.checkpoint=FILE]
+
+Writes a ``torch.export`` program (``.pt2``; encoder, RSSM cell and actor, no dreamer code
+needed to run it). Load and step it with torch alone:
+
+    program = torch.export.load("policy.pt2").module()
+    action, state, belief, previous_action = program(obs, state, belief, previous_action, is_init)
+
+``obs``: a dict of [B, ...] tensors (the names, shapes and dtypes are in the file's
+``dreamer.json``); ``state``/``belief``/``previous_action``: float32 zeros at the start,
+then the previous call's outputs; ``is_init``: [B] bool, True on an episode's first step.
+The latent is sampled from the posterior as in training (seed torch to reproduce a run).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from dreamer import checkpoint
+from dreamer.agent.spaces import EnvSpaces, spaces_to_dict
+from dreamer.config import ConfigError
+from dreamer.policy import Policy
+
+USAGE = (
+    "usage: python -m dreamer.export run.logdir=<dir> [export.path=FILE] [export.checkpoint=FILE]"
+)
+KEYS = ("run.logdir", "export.path", "export.checkpoint")
+METADATA = "dreamer.json"
+EXAMPLE_BATCH = 2  # not 1: torch.export specialises size-1 dimensions
+
+
+def example_inputs(policy: Policy, batch: int = EXAMPLE_BATCH) -> tuple:
+    observations = {}
+    for key in policy.spaces.obs:
+        dtype = torch.uint8 if key.kind == "image" else torch.float32
+        if key.name in _mask_names(policy.spaces):
+            observations[key.name] = torch.ones(batch, *key.shape, dtype=torch.uint8)
+        else:
+            observations[key.name] = torch.zeros(batch, *key.shape, dtype=dtype)
+    state = policy.initial_state(batch)
+    return (
+        observations,
+        state["state"],
+        state["belief"],
+        state["previous_action"],
+        state["is_init"],
+    )
+
+
+def _mask_names(spaces: EnvSpaces) -> set[str]:
+    from dreamer.agent.masked import mask_keys
+
+    return set(mask_keys(spaces.action_heads))
+
+
+def metadata(policy: Policy, inputs: tuple) -> dict:
+    observations = inputs[0]
+    return {
+        "format": "torch.export",
+        "env_step": policy.step,
+        "inputs": {
+            "obs": {
+                name: {"shape": list(value.shape[1:]), "dtype": str(value.dtype)}
+                for name, value in observations.items()
+            },
+            "state": policy.state_size,
+            "belief": policy.belief_size,
+            "previous_action": policy.spaces.action_dim,
+            "is_init": "bool [B]",
+        },
+        "outputs": ["action (env units)", "state", "belief", "previous_action"],
+        "spaces": spaces_to_dict(policy.spaces),
+    }
+
+
+def export(policy: Policy, path: Path) -> Path:
+    """Export ``policy``'s greedy step to ``path`` (batch size free)."""
+    step = policy.greedy_step().to("cpu")
+    inputs = example_inputs(policy)
+    batch = torch.export.Dim("batch", min=1, max=1 << 16)
+    shapes = (
+        {name: {0: batch} for name in inputs[0]},
+        {0: batch},
+        {0: batch},
+        {0: batch},
+        {0: batch},
+    )
+    with torch.no_grad():
+        program = torch.export.export(step, inputs, dynamic_shapes=shapes)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    extra = {METADATA: json.dumps(metadata(policy, inputs), indent=1)}
+    torch.export.save(program, str(path), extra_files=extra)
+    return path
+
+
+def parse(argv: list[str]) -> dict[str, str]:
+    values = {}
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if not sep:
+            key, value = "run.logdir", arg
+        if key not in KEYS:
+            raise ConfigError(f"{key}: not an export key; allowed: {', '.join(KEYS)}")
+        values[key] = value
+    if not values.get("run.logdir"):
+        raise ConfigError("run.logdir: required; " + USAGE)
+    return values
+
+
+def main(argv: list[str]) -> int:
+    if {"-h", "--help"} & set(argv):
+        print(USAGE)
+        return 0
+    try:
+        values = parse(argv)
+        logdir = Path(values["run.logdir"])
+        named = values.get("export.checkpoint")
+        source = logdir / "checkpoints" / named if named and "/" not in named else named
+        policy = Policy.load(source or logdir, device="cpu")
+        path = Path(values.get("export.path") or logdir / f"policy-{policy.step:012d}.pt2")
+        export(policy, path)
+    except (ConfigError, checkpoint.CheckpointError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    size = path.stat().st_size
+    print(f"exported the greedy policy at env step {policy.step} to {path} ({size / 1e6:.1f} MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

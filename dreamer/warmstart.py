@@ -1,0 +1,91 @@
+"""``run.from_checkpoint``: a new run that starts from another run's weights.
+
+The parts (``run.from_checkpoint_parts``): ``world_model`` (encoder, RSSM, decoder,
+reward and continue heads), ``actor`` (with its return-normalisation statistics),
+``critic`` (with the slow critic), ``optimizer`` (its moments; needs all three). Counters,
+replay and the update schedule start fresh. A different observation or action layout,
+or model size, is refused with a ``ConfigError`` naming what differs.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from dreamer import checkpoint
+from dreamer.agent.build import Agent
+from dreamer.agent.spaces import EnvSpaces, layout_difference, spaces_from_dict
+from dreamer.config import ConfigError
+
+log = logging.getLogger(__name__)
+
+PARTS = ("world_model", "actor", "critic", "optimizer")
+MODEL_PARTS = PARTS[:3]
+
+
+def _owners(agent: Agent) -> dict[str, str]:
+    """Loss state-dict name -> the part that owns it (names the parts do not own, such
+    as constants derived from the config, are left out)."""
+    part_of = {}
+    for part, module in (
+        ("world_model", agent.world_model),
+        ("actor", agent.actor),
+        ("critic", agent.value),
+    ):
+        for value in module.state_dict(keep_vars=True).values():
+            part_of[id(value)] = part
+    owners = {}
+    for name, value in agent.loss.state_dict(keep_vars=True).items():
+        if id(value) in part_of:
+            owners[name] = part_of[id(value)]
+        elif "target_value" in name:  # the slow critic: a copy, not the critic's tensors
+            owners[name] = "critic"
+        elif "retnorm" in name:
+            owners[name] = "actor"
+    return owners
+
+
+def _check_source(state: dict, model, spaces: EnvSpaces, path) -> None:
+    source = state["config"]["model"]
+    for key, value in source.items():
+        if key != "name" and model.get(key, value) != value:
+            raise ConfigError(
+                f"run.from_checkpoint: {path} has another model: model.{key} "
+                f"{value} there, {model.get(key)} here"
+            )
+    if "spaces" in state:
+        difference = layout_difference(spaces_from_dict(state["spaces"]), spaces)
+        if difference:
+            raise ConfigError(
+                f"run.from_checkpoint: {path} was trained on another env layout: {difference}"
+            )
+
+
+def warm_start(learner, agent: Agent, spaces: EnvSpaces, model: dict, path, parts) -> None:
+    """Load ``parts`` of the checkpoint at ``path`` (a file or a run directory) into
+    ``learner``'s agent; ``model``: this run's model config node as a dict."""
+    try:
+        found = checkpoint.find(path)
+        state = checkpoint.load_checked(found)
+    except checkpoint.CheckpointError as error:
+        raise ConfigError(f"run.from_checkpoint: {error}") from None
+    _check_source(state, model, spaces, found)
+    owners = _owners(agent)
+    source = state["learner"]["loss"]
+    wanted = [name for name, part in owners.items() if part in parts]
+    missing = [name for name in wanted if name not in source]
+    if missing:
+        raise ConfigError(f"run.from_checkpoint: {found} lacks {missing[0]}")
+    chosen = {name: source[name] for name in wanted}
+    agent.loss.load_state_dict(chosen, strict=False)
+    stepper = learner.stepper.state_dict()
+    if "optimizer" in parts:
+        stepper["optimizer"] = state["learner"]["stepper"]["optimizer"]
+    if "critic" in parts:
+        stepper["target_updater"] = state["learner"]["stepper"]["target_updater"]
+    learner.stepper.load_state_dict(stepper)
+    log.info(
+        "warm start from %s (env step %d): %s; replay and counters start empty",
+        found,
+        state["steps"]["env_steps"],
+        ", ".join(part for part in PARTS if part in parts),
+    )
