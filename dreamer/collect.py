@@ -5,6 +5,7 @@ finished transitions that land straight in replay."""
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 import os
@@ -12,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
+from tensordict import TensorDict
 from torchrl.collectors import AsyncBatchedCollector
 from torchrl.modules.inference_server import (
     InferenceDeviceConfig,
@@ -21,7 +23,9 @@ from torchrl.modules.inference_server import (
 
 from dreamer.agent.build import build_agent
 from dreamer.agent.spaces import EnvSpaces
+from dreamer.checkpoint import children_keep_signals
 from dreamer.envs import make_env
+from dreamer.relaunches import Relaunches
 
 log = logging.getLogger(__name__)
 
@@ -170,19 +174,25 @@ def path_note(has_images: bool, measured: Path = MEASURED) -> str | None:
     )
 
 
+DONE = object()
+
+
 class Collection:
     """Iterates a collector, and replaces it when it fails.
 
     torchrl's ``AsyncBatchedCollector`` raises within about a second when an env worker
     process dies (e.g. SIGKILL, out of memory) or its inference process does, but it
-    cannot replace one worker; so the whole collector is rebuilt by ``make(replacements)``
-    (new workers start new episodes, replay keeps what it has).
+    cannot replace one worker or restart its server; so the whole collector is rebuilt
+    by ``make(replacements)`` (new workers start new episodes, replay keeps what it has;
+    transitions the dead collector had not delivered are neither stored nor counted).
+    A dead inference process is counted in ``relaunches`` as well.
     ``max_failures`` failures in a row without a batch in between re-raise.
     """
 
-    def __init__(self, make, max_failures: int = 3):
+    def __init__(self, make, max_failures: int = 3, relaunches: Relaunches | None = None):
         self._make = make
         self.max_failures = max_failures
+        self.relaunches = relaunches if relaunches is not None else Relaunches()
         self.replacements = 0
         self.earlier_versions = 0  # weight pushes to earlier collectors (and earlier runs)
         self.current = None
@@ -201,16 +211,32 @@ class Collection:
     def load_state_dict(self, state: dict) -> None:
         self.earlier_versions = state["policy_version"]
 
+    def server_alive(self) -> bool:
+        return self.current is not None and self.current._server.is_alive
+
+    def push(self, policy, timeout: float) -> None:
+        """The policy's weights to the inference process, waiting at most ``timeout`` s
+        (TimeoutError). ``update_policy_weights_`` waits torchrl's 300 s for a starved
+        (stopped, swapped out) process, and the learner with it; a push left behind is
+        taken by the process when it resumes, before any later one."""
+        weights = TensorDict.from_module(policy).detach().clone()  # as torchrl's own push
+        self.current._server.update_model_weights(weights, timeout=timeout)
+
     def __iter__(self):
         failures = 0
         while True:
-            collector, announced = self.current, False
+            collector = self.current
             try:
-                for batch in collector:
-                    if not announced:
-                        pids = [worker.pid for worker in collector._workers]
-                        log.info("env worker pids: %s", " ".join(map(str, pids)))
-                        announced = True
+                batches = iter(collector)
+                with children_keep_signals():  # torchrl starts its processes here
+                    first = next(batches, DONE)  # batches are None: they went to replay
+                if first is DONE:
+                    return
+                pids = [worker.pid for worker in collector._workers]
+                log.info("env worker pids: %s", " ".join(map(str, pids)))
+                # torchrl exposes no public accessor for the server's process
+                log.info("inference server pid: %s", collector._server._process.pid)
+                for batch in itertools.chain([first], batches):
                     failures = 0
                     yield batch
                 return
@@ -221,7 +247,15 @@ class Collection:
                         f"collection failed {failures} times in a row; last: {error}"
                     ) from error
                 cause = error.__cause__ or error
-                log.error("collection failed (%s: %s); replacing the collector", error, cause)
+                server_died = not collector._server.is_alive
+                if server_died:
+                    self.relaunches.add("inference")
+                log.error(
+                    "collection failed (%s: %s)%s; replacing the collector",
+                    error,
+                    cause,
+                    " after its inference server died" if server_died else "",
+                )
                 self.replacements += 1
                 self.earlier_versions += collector.policy_version
                 collector.shutdown()

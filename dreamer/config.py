@@ -133,6 +133,7 @@ class InferenceConfig:
 class CollectorConfig:
     chunk: int = _f(64, ">= 1")  # transitions per message from each worker
     sync_every: int = _f(10, ">= 1")  # learner updates between weight pushes
+    push_timeout: float = _f(5.0, "> 0")  # s a push waits for the inference process
     threads: int = _f(1, ">= 1")  # torch threads in the inference server
     envs_per_worker: int = _f(1, ">= 1")  # > 1: grouped workers, policy served from a driver thread
     worker_affinity: str = _f("none", choices=("none", "spread"))  # spread: worker i on core i
@@ -648,6 +649,7 @@ RESUMABLE_KEYS = (
     "run.progress",
     "run.gc_freeze",
     "collector.sync_every",
+    "collector.push_timeout",
     "collector.threads",
     "collector.envs_per_worker",
     "collector.worker_affinity",

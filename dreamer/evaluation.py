@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,13 +17,16 @@ from torchrl.envs import EnvBase, SerialEnv
 
 from dreamer.agent.build import latent_sizes
 from dreamer.agent.spaces import EnvSpaces
+from dreamer.checkpoint import children_keep_signals
 from dreamer.collect import build_policy
 from dreamer.envs import ACHIEVEMENTS_KEY, make_env
+from dreamer.relaunches import Relaunches
 from dreamer.reports import crafter_score
 
 log = logging.getLogger(__name__)
 
 EVAL_SEED_OFFSET = 1_000_000  # eval worlds differ from every training worker's
+ATTEMPTS = 2  # an evaluation whose process dies is run once more on a relaunched one
 
 
 @dataclass
@@ -92,7 +96,13 @@ class EvalRunner:
     eval envs and policy itself and receives the learner's weights at each trigger; the
     trajectories come back to this process, where ``summarize`` runs on the Evaluator's
     coordination thread. At most one evaluation is in flight: a trigger while one runs
-    is skipped (and logged)."""
+    is skipped (and logged).
+
+    torchrl's Evaluator does not survive its process: the evaluation in flight never
+    finishes and every later trigger is skipped. ``poll`` watches the process; when it
+    died, the Evaluator is replaced (its process starts at the next trigger, counted in
+    ``relaunches``) and the evaluation in flight runs again with the same weights, once;
+    if that one dies too, it is skipped and logged."""
 
     def __init__(
         self,
@@ -105,15 +115,22 @@ class EvalRunner:
         latent: tuple[int, int],
         seed: int,
         achievement_names: tuple[str, ...],
+        relaunches: Relaunches | None = None,
     ):
         self.image = next((key.name for key in spaces.image_keys), None)
         self.achievement_names = achievement_names
         self.timeout = eval_cfg.timeout
-        make = functools.partial(
-            make_eval_env, env, latent, seed + EVAL_SEED_OFFSET, eval_cfg.envs, eval_cfg.max_steps
-        )
-        self.evaluator = Evaluator(
-            make,
+        self.relaunches = relaunches if relaunches is not None else Relaunches()
+        self._make_evaluator = functools.partial(
+            Evaluator,
+            functools.partial(
+                make_eval_env,
+                env,
+                latent,
+                seed + EVAL_SEED_OFFSET,
+                eval_cfg.envs,
+                eval_cfg.max_steps,
+            ),
             policy_factory=functools.partial(build_policy, model, learner, spaces, seed, 1),
             num_trajectories=eval_cfg.episodes,
             frames_per_batch=eval_cfg.envs * 100,
@@ -121,11 +138,20 @@ class EvalRunner:
             metrics_fn=self._summarize,
             backend="process",
         )
+        self.evaluator = self._make_evaluator()
         self.pending_step: int | None = None
+        self._pending_weights = None  # kept to run the evaluation again
+        self._attempt = 0
+        self._announced: int | None = None
 
     @classmethod
     def from_config(
-        cls, cfg, env: dict, spaces: EnvSpaces, achievement_names: tuple[str, ...]
+        cls,
+        cfg,
+        env: dict,
+        spaces: EnvSpaces,
+        achievement_names: tuple[str, ...],
+        relaunches: Relaunches | None = None,
     ) -> EvalRunner:
         """The runner for a run's ``eval.*``, acting with its model (``env``: the env
         node as ``dreamer.envs.env_config`` gives it)."""
@@ -138,6 +164,7 @@ class EvalRunner:
             latent=latent_sizes(cfg.model),
             seed=cfg.run.seed,
             achievement_names=achievement_names,
+            relaunches=relaunches,
         )
 
     def _summarize(self, batch: TensorDictBase) -> dict:
@@ -153,33 +180,116 @@ class EvalRunner:
     def run(self, step: int, policy) -> EvalResult:
         return self._result(self.evaluator.evaluate(policy, step=step))
 
+    def process(self):
+        """The evaluation process (a ``multiprocessing.Process``), once one started.
+
+        torchrl's Evaluator has no public accessor: its process backend is a thread
+        driving a one-worker ``MultiSyncCollector`` that it builds at the first trigger."""
+        collector = getattr(self.evaluator._backend, "_collector", None)
+        procs = getattr(collector, "procs", None) or []
+        return procs[0] if procs else None
+
+    def _died(self) -> bool:
+        process = self.process()
+        if process is not None and not process.is_alive():
+            return True
+        # the backend thread ends with an error when it finds its process dead (ident:
+        # it was started, not just created)
+        thread = getattr(self.evaluator._backend, "_thread", None)
+        started = thread is not None and thread.ident is not None
+        return self.pending_step is not None and started and not thread.is_alive()
+
     def trigger(self, step: int, policy) -> None:
-        if self.evaluator.trigger_eval(policy, step=step):
-            self.pending_step = step
-        else:
+        self.check()
+        if self.pending_step is not None:
             log.warning(
                 "eval at env step %d skipped: the one at step %s still runs",
                 step,
                 self.pending_step,
             )
+            return
+        self._pending_weights = Evaluator.extract_weights(policy)
+        self._attempt = 1
+        self._submit(step)
+
+    def _submit(self, step: int) -> None:
+        with children_keep_signals():  # torchrl starts the process from a thread started here
+            accepted = self.evaluator.trigger_eval(self._pending_weights, step=step)
+        if accepted:
+            self.pending_step = step
+        else:
+            log.warning("eval at env step %d skipped: the evaluator is busy", step)
+
+    def check(self) -> None:
+        """Relaunch a dead evaluation process, and rerun (or skip) what it was doing."""
+        process = self.process()
+        if process is not None and process.pid != self._announced:
+            self._announced = process.pid
+            log.info("evaluation process pid: %d", process.pid)
+        if not self._died():
+            return
+        step, attempt = self.pending_step, self._attempt
+        self.relaunches.add("eval")
+        log.error(
+            "the evaluation process%s died%s; relaunching it",
+            f" (pid {process.pid}, exit code {process.exitcode})" if process else "",
+            f" during the evaluation at env step {step}" if step is not None else "",
+        )
+        try:
+            self.evaluator.shutdown(timeout=5.0)
+        except Exception as error:  # noqa: BLE001 - what is left of it goes anyway
+            log.warning("shutting down the dead evaluator: %s", error)
+        self.evaluator = self._make_evaluator()
+        self.pending_step = None
+        if step is None:
+            return
+        if attempt < ATTEMPTS:
+            log.warning("running the evaluation at env step %d again", step)
+            self._attempt = attempt + 1
+            self._submit(step)
+        else:
+            log.error(
+                "the evaluation at env step %d is skipped: its process died %d times",
+                step,
+                attempt,
+            )
+            self._pending_weights = None
 
     def poll(self, timeout: float = 0) -> EvalResult | None:
-        """The finished background evaluation's result, if there is one."""
+        """The finished background evaluation's result, if there is one; relaunches a
+        dead evaluation process."""
         raw = self.evaluator.poll(timeout)
         if raw is None:
+            self.check()
             return None
-        self.pending_step = None
+        self.pending_step, self._pending_weights = None, None
         return self._result(raw)
 
     def finish(self) -> EvalResult | None:
-        """Wait up to ``eval.timeout`` s for the evaluation in flight, if any."""
+        """Wait up to ``eval.timeout`` s for the evaluation in flight, if any (run again
+        if its process dies meanwhile)."""
         if self.pending_step is None:
             return None
         log.info("waiting for the evaluation at env step %d", self.pending_step)
-        step, result = self.pending_step, self.poll(self.timeout)
-        if result is None:
+        step, deadline = self.pending_step, time.monotonic() + self.timeout
+        while self.pending_step is not None and time.monotonic() < deadline:
+            if (result := self.poll(min(1.0, max(deadline - time.monotonic(), 0)))) is not None:
+                return result
+        if self.pending_step is not None:
             log.error("the evaluation at env step %d did not finish in %.0f s", step, self.timeout)
-        return result
+        return None
+
+    def state_dict(self) -> dict:
+        """The evaluation in flight (its step and weights), for a resumed run to play."""
+        return {"step": self.pending_step, "weights": self._pending_weights}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Play the evaluation that was in flight when the checkpoint was written."""
+        if state["step"] is None or state["weights"] is None:
+            return
+        log.info("the evaluation at env step %d was in flight: playing it again", state["step"])
+        self._pending_weights, self._attempt = state["weights"], 1
+        self._submit(state["step"])
 
     def shutdown(self) -> None:
         self.evaluator.shutdown()

@@ -6,7 +6,8 @@ style, PNGs without software/time metadata, videos encoded single-threaded.
 
 ``RenderPool(workers)``: ``workers=0`` draws inline; ``DREAMER_RENDER_WORKERS``
 overrides the configured size. A renderer that raises is reported (which file, why)
-and the run goes on.
+and the run goes on. A worker that dies (killed, out of memory) breaks the process pool;
+it is replaced and the figures it had not finished are drawn again, once.
 """
 
 from __future__ import annotations
@@ -19,9 +20,13 @@ import signal
 import threading
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import numpy as np
+
+from dreamer.checkpoint import children_keep_signals
+from dreamer.relaunches import Relaunches
 
 log = logging.getLogger(__name__)
 
@@ -164,24 +169,30 @@ def default_workers() -> int:
 class RenderPool:
     """Draws submitted figures inline (0 workers) or on spawned worker processes."""
 
-    def __init__(self, workers: int, on_file=None):
+    def __init__(self, workers: int, relaunches: Relaunches | None = None, on_file=None):
         """``on_file(path)``: called with each file drawn (e.g. to send it to trackers)."""
         self.workers = workers
+        self.relaunches = relaunches if relaunches is not None else Relaunches()
         self.on_file = on_file
         self.failures: list[str] = []
-        self._pending: list[tuple[Path, Future]] = []
+        self._pending: list[tuple[Path, Future, tuple]] = []  # path, future, what to redraw
         self._pool = None
         if workers:
-            context = multiprocessing.get_context("spawn")
-            self._pool = ProcessPoolExecutor(
-                workers, mp_context=context, initializer=_start_worker, initargs=(os.getpid(),)
-            )
+            self._pool = self._new_pool()
+
+    def _new_pool(self) -> ProcessPoolExecutor:
+        context = multiprocessing.get_context("spawn")
+        return ProcessPoolExecutor(
+            self.workers, mp_context=context, initializer=_start_worker, initargs=(os.getpid(),)
+        )
 
     def start(self) -> None:
         """Start every worker now (during setup) rather than at the first figure."""
         if self._pool is not None:
-            for future in [self._pool.submit(_ready) for _ in range(self.workers)]:
-                future.result()
+            with children_keep_signals():
+                futures = [self._pool.submit(_ready) for _ in range(self.workers)]
+            pids = [future.result() for future in futures]
+            log.info("render worker pids: %s", " ".join(map(str, sorted(set(pids)))))
 
     def submit(self, kind: str, path: Path, **arguments) -> None:
         if self._pool is None:
@@ -193,32 +204,79 @@ class RenderPool:
             if self.on_file is not None:
                 self.on_file(written)
             return
-        self._pending.append((Path(path), self._pool.submit(draw, kind, path, arguments)))
+        self.poll()
+        self._submit(Path(path), (kind, path, arguments), attempt=1)
         self.collect()
+
+    def _submit(self, path: Path, work: tuple, attempt: int) -> None:
+        try:
+            with children_keep_signals():  # the pool starts workers on demand
+                future = self._pool.submit(draw, *work)
+        except BrokenProcessPool as error:  # a worker died since the last poll
+            future = Future()
+            future.set_exception(error)
+        self._pending.append((path, future, (work, attempt)))
 
     def _failed(self, path: Path, error: BaseException) -> None:
         message = f"{path}: {type(error).__name__}: {error}"
         self.failures.append(message)
         log.error("render failed: %s", message)
 
+    def poll(self) -> None:
+        """Replace a pool a dead worker broke (its figures are drawn again), and report
+        finished renders. Cheap enough to call every loop iteration."""
+        if self._pool is None or not self._pool._broken:  # no public accessor
+            self.collect()
+            return
+        self.relaunches.add("render")
+        log.error("a render worker died (%s); replacing the render pool", self._pool._broken)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool = self._new_pool()
+        try:
+            self.start()
+        except BrokenProcessPool:  # killed again while starting: the next poll retries
+            pass
+        pending, self._pending = self._pending, []
+        for path, future, (work, attempt) in pending:
+            lost = not future.done() or future.cancelled()
+            if lost or isinstance(future.exception(), BrokenProcessPool):
+                if attempt < 2:
+                    log.warning("drawing %s again", path)
+                    self._submit(path, work, attempt + 1)
+                else:
+                    self._failed(path, BrokenProcessPool("its render worker died twice"))
+            else:
+                self._pending.append((path, future, (work, attempt)))
+        self.collect()
+
     def collect(self, wait: bool = False) -> None:
         """Report finished (or, with ``wait``, all) renders."""
         still = []
-        for path, future in self._pending:
+        for path, future, work in self._pending:
             if wait or future.done():
                 try:
                     written = future.result()
+                except BrokenProcessPool:
+                    if self._pool is None:
+                        self._failed(path, BrokenProcessPool("the render pool was closed"))
+                        continue
+                    still.append((path, future, work))  # poll() draws it again
+                    continue
                 except Exception as error:  # noqa: BLE001
                     self._failed(path, error)
                     continue
                 if self.on_file is not None:
                     self.on_file(written)
             else:
-                still.append((path, future))
+                still.append((path, future, work))
         self._pending = still
 
     def close(self) -> None:
-        self.collect(wait=True)
+        while self._pool is not None:
+            self.collect(wait=True)
+            if not self._pool._broken:
+                break
+            self.poll()
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import shutil
 import statistics
@@ -27,6 +28,7 @@ from dreamer.evaluation import EvalResult, EvalRunner
 from dreamer.heap import frozen_heap
 from dreamer.learner import Learner, NonFiniteError
 from dreamer.logs import MetricsWriter, Progress, setup_logging
+from dreamer.relaunches import Relaunches
 from dreamer.render import RenderPool, pool_size
 from dreamer.replay import SequenceReplay
 from dreamer.reports import submit_reports
@@ -89,6 +91,19 @@ def cpu_speed_note(seconds_per_update: float, cfg) -> str:
         f"run.steps={cfg.run.steps} needs ~{updates:,.0f} updates = ~{hours:,.1f} h of "
         "learner time. For a quick end-to-end check run `make smoke`."
     )
+
+
+def has_eval_row(logdir: Path, step: int) -> bool:
+    """Has metrics.jsonl the evaluation row of env step ``step``?"""
+    path = logdir / "metrics.jsonl"
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            row = json.loads(line)
+        except ValueError:  # cut short by a crash
+            continue
+        if row.get("env_steps") == step and "eval/return" in row:
+            return True
+    return False
 
 
 def prepare_run_dir(cfg, logdir: Path) -> dict | None:
@@ -192,7 +207,8 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device: torch.de
     note = path_note(bool(spaces.image_keys))
     if note and world.main:
         log.warning(note)
-    collection = Collection(new_collector)
+    relaunches = Relaunches()  # of the inference, evaluation and render processes
+    collection = Collection(new_collector, relaunches=relaunches)
     registry = checkpoint.Registry()
     for name, part in (
         ("learner", learner),
@@ -201,6 +217,7 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device: torch.de
         ("episodes", stats),
         ("replay", replay),
         ("collection", collection),
+        ("relaunches", relaunches),
         ("rng", checkpoint.TorchRng()),
     ):
         registry.register(name, part)
@@ -218,9 +235,15 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device: torch.de
     metrics_writer = MetricsWriter.from_config(cfg, logdir) if world.main else None
     evaluation, pool = None, None
     if world.main and 0 < cfg.eval.every <= cfg.run.steps:  # an evaluation is due
-        evaluation = EvalRunner.from_config(cfg, env, spaces, achievements)
-        pool = RenderPool(pool_size(cfg.eval.render_workers), on_file=metrics_writer.log_file)
+        evaluation = EvalRunner.from_config(cfg, env, spaces, achievements, relaunches)
+        pool = RenderPool(
+            pool_size(cfg.eval.render_workers), relaunches, on_file=metrics_writer.log_file
+        )
         pool.start()
+        registry.register("evaluation", evaluation)
+        in_flight = (resume or {}).get("evaluation") or {"step": None}
+        if in_flight["step"] is not None and not has_eval_row(logdir, in_flight["step"]):
+            evaluation.load_state_dict(in_flight)  # lost with the process that ran it
         eval_due = Every(cfg.eval.every, start - start % cfg.eval.every)
     progress = Progress(cfg.run.steps, initial=start, enabled=cfg.run.progress and world.main)
     log_due = Every(cfg.run.log_every, start - start % cfg.run.log_every)
@@ -241,6 +264,7 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device: torch.de
             "policy_version": collection.policy_version,
             **losses,
             **stats.flush(),
+            **relaunches.metrics(),
             **gc_stats.metrics(),
             **timers.flush(),
         }
@@ -273,12 +297,22 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device: torch.de
         return True
 
     def push_weights() -> None:
-        """The learner's weights to the inference process. torchrl waits 5 s for it to
-        take them; a starved one (an overloaded machine) gets them at the next push."""
+        """The learner's weights to the inference process, waiting at most
+        ``collector.push_timeout`` s; a starved one (an overloaded machine) gets them at
+        the next push. A dead one is replaced with its collector when the collector
+        reports it."""
         try:
-            collection.current.update_policy_weights_(agent.policy)
+            collection.push(agent.policy, cfg.collector.push_timeout)
         except TimeoutError as error:
-            log.warning("%s; the policy keeps its weights until the next push", error)
+            log.warning(
+                "weight push: %s (waited %.0f s); the policy keeps its weights until the next push",
+                error,
+                cfg.collector.push_timeout,
+            )
+        except RuntimeError as error:
+            if collection.server_alive():
+                raise
+            log.warning("weight push failed, the inference server is gone: %s", error)
 
     log.info("training %s on %s, logging to %s", cfg.model.name, cfg.env.name, logdir)
     timers = LoopTimers()
@@ -324,6 +358,7 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device: torch.de
                             evaluation.trigger(steps, agent.policy)
                         if (result := evaluation.poll()) is not None:
                             report(result)
+                        pool.poll()
                 stopping = stopping or stop_alone()
                 if steps >= cfg.run.steps or stopping:
                     break

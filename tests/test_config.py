@@ -163,6 +163,7 @@ BAD = [
     (["env.fast_reset=sometimes"], "env.fast_reset"),
     (["env=minedojo"], "env"),  # the minedojo package is not installed here
     (["collector.sync_every=0"], "collector.sync_every"),
+    (["collector.push_timeout=0"], "collector.push_timeout"),
     (["collector.threads=0"], "collector.threads"),
     (["collector.envs_per_worker=0"], "collector.envs_per_worker"),
     (["collector.envs_per_worker=3"], "collector.envs_per_worker"),  # must divide run.envs=4

@@ -1,0 +1,315 @@
+"""SIGKILL random processes of a real training run until it reaches ``run.steps``.
+
+    python benchmarks/chaos.py                          # 20 kills, memory replay, 1 rank
+    python benchmarks/chaos.py --kills 5 --replay disk --json results/chaos-disk.json
+    python benchmarks/chaos.py --ranks 2 run.steps=6000 # torchrun --nproc_per_node=2
+
+Every few seconds one process of the run is killed, its kind drawn at random among
+those alive: the driver (a rank under torchrun; then the same command is run again,
+and it resumes), an env worker, the inference server, the evaluation process, a render
+worker (the children's pids are read from the run's log). After each other kill the run
+must say it recovered and write a checkpoint before the next one. At the end it checks:
+the run reached ``run.steps``; every log interval has exactly one metrics row (and every
+evaluation one); ``env/restarts`` and ``restarts/<kind>`` equal the kills of each kind;
+an evaluation row follows each evaluation-process kill; the checkpoint loads; no process
+of the run is left. Prints (and with ``--json`` writes)
+``{"kills": {kind: n}, "survived": bool, "duplicated_rows": n, "missing_rows": n,
+"orphans": n, "wall_s": s, ...}``; exits 1 unless it survived with nothing duplicated,
+missing or left over.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from dreamer import checkpoint  # noqa: E402
+from tests.runs import alive, descendants  # noqa: E402
+
+KINDS = ("driver", "env_worker", "inference", "eval", "render")
+# what the run logs once it recovered from a kill of each kind (driver: a rerun)
+RECOVERED = {
+    "env_worker": r"replacing the collector",
+    "inference": r"after its inference server died; replacing the collector",
+    "eval": r"the evaluation process.* died",
+    "render": r"replacing the render pool",
+}
+ANNOUNCED = {  # the latest line of each gives the live pids of a kind
+    "env_worker": r"env worker pids: ([\d ]+)",
+    "inference": r"inference server pid: (\d+)",
+    "eval": r"evaluation process pid: (\d+)",
+    "render": r"render worker pids: ([\d ]+)",
+}
+DEFAULTS = [
+    "experiment=smoke",
+    "env=cue",
+    "run.train_starts=200",
+    "run.train_ratio=4",
+    "run.log_every=100",
+    "run.save_every=1",
+    "eval.every=500",
+    "eval.episodes=1",
+    "eval.max_steps=100",
+    "eval.render_workers=1",
+    "run.progress=false",
+]
+
+
+class ChaosFailed(AssertionError):
+    pass
+
+
+class Attempt:
+    """One run of the command; its output goes to its own log file."""
+
+    def __init__(self, command: list[str], log: Path):
+        self.log = log
+        self.process = subprocess.Popen(
+            command, cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT
+        )
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def count(self, pattern: str) -> int:
+        return len(re.findall(pattern, self.text()))
+
+    def wait_for(self, pattern: str, count: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.count(pattern) < count:
+            if self.process.poll() is not None:
+                raise ChaosFailed(f"the run exited waiting for {pattern!r}: {self.tail()}")
+            if time.monotonic() > deadline:
+                raise ChaosFailed(f"no {pattern!r} in {timeout:.0f} s: {self.tail()}")
+            time.sleep(0.2)
+
+    def tail(self) -> str:
+        return self.text()[-3000:]
+
+
+def rank_pids(root: int, ranks: int) -> list[int]:
+    """The drivers: the trainer itself, or torchrun's rank processes."""
+    if ranks == 1:
+        return [root]
+    children = set()
+    for task in Path(f"/proc/{root}/task").glob("*"):
+        try:
+            children |= {int(pid) for pid in (task / "children").read_text().split()}
+        except OSError:
+            pass
+    return sorted(children)
+
+
+def candidates(attempt: Attempt, ranks: int) -> dict[str, list[int]]:
+    """Live pids of each kind, from the latest announcements in the log."""
+    root = attempt.process.pid
+    below = descendants(root)
+    found = {"driver": [pid for pid in rank_pids(root, ranks) if alive(pid)]}
+    text = attempt.text()
+    for kind, pattern in ANNOUNCED.items():
+        lines = re.findall(pattern, text)
+        pids = [int(pid) for pid in lines[-1].split()] if lines else []
+        found[kind] = [pid for pid in pids if pid in below and alive(pid)]
+    return {kind: pids for kind, pids in found.items() if pids}
+
+
+def metrics(logdir: Path) -> list[dict]:
+    path = logdir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:  # a line being written
+            pass
+    return rows
+
+
+def last_step(logdir: Path) -> int:
+    rows = [row for row in metrics(logdir) if "eval/return" not in row]
+    return rows[-1]["env_steps"] if rows else 0
+
+
+def check_rows(rows: list[dict], steps: int, log_every: int, eval_every: int) -> tuple[int, int]:
+    """(duplicated, missing): training rows per log interval must be exactly one, as
+    must evaluation rows per evaluation step."""
+    train = [row["env_steps"] for row in rows if "eval/return" not in row]
+    evals = [row["env_steps"] for row in rows if "eval/return" in row]
+    buckets = collections.Counter(step // log_every for step in train if step < steps)
+    duplicated = sum(n - 1 for n in buckets.values()) + max(train.count(steps) - 1, 0)
+    duplicated += sum(n - 1 for n in collections.Counter(evals).values())
+    missing = sum(1 for bucket in range(1, steps // log_every) if bucket not in buckets)
+    missing += steps not in train
+    if eval_every:
+        due = {step // eval_every for step in range(eval_every, steps + 1, eval_every)}
+        missing += len(due - {step // eval_every for step in evals})
+    return duplicated, missing
+
+
+def option(overrides: list[str], key: str, default: str) -> str:
+    values = [item.split("=", 1)[1] for item in overrides if item.startswith(f"{key}=")]
+    return values[-1] if values else default
+
+
+def chaos(args: argparse.Namespace) -> dict:
+    rng = random.Random(args.seed)
+    workdir = Path(tempfile.mkdtemp(prefix="chaos-"))
+    logdir = Path(option(args.overrides, "run.logdir", str(workdir / "run")))
+    overrides = [*DEFAULTS, f"run.steps={args.steps}", f"replay.storage={args.replay}"]
+    overrides += [*args.overrides, f"run.logdir={logdir}"]
+    steps = int(option(overrides, "run.steps", "0"))
+    log_every = int(option(overrides, "run.log_every", "0"))
+    eval_every = int(option(overrides, "eval.every", "0"))
+    launcher = [sys.executable, "-m", "dreamer.train"]
+    if args.ranks > 1:
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+        launcher += [f"--nproc_per_node={args.ranks}", "-m", "dreamer.train"]
+    command = [*launcher, *overrides]
+    kills: collections.Counter = collections.Counter()
+    eval_kills: list[int] = []  # the last logged env step at each evaluation-process kill
+    seen: set[int] = set()
+    failure = None
+    started = time.monotonic()
+    attempts = [Attempt(command, workdir / "attempt0.log")]
+    print(" ".join(command), flush=True)
+    try:
+        attempts[-1].wait_for(r"training .* logging to", 1, args.timeout)
+        while True:
+            attempt = attempts[-1]
+            next_kill = time.monotonic() + rng.uniform(*args.interval)
+            while time.monotonic() < next_kill and attempt.process.poll() is None:
+                seen |= descendants(attempt.process.pid)
+                time.sleep(0.2)
+            if attempt.process.poll() is not None:
+                code = attempt.process.returncode
+                if code != 0:
+                    raise ChaosFailed(f"the run exited with {code}: {attempt.tail()}")
+                break
+            if sum(kills.values()) >= args.kills:
+                continue
+            alive_now = candidates(attempt, args.ranks)
+            kind = rng.choice(sorted(alive_now))
+            victim = rng.choice(alive_now[kind])
+            seen |= descendants(attempt.process.pid)
+            before = {name: attempt.count(pattern) for name, pattern in RECOVERED.items()}
+            saved = attempt.count(r"checkpoint written")
+            if kind == "eval":
+                eval_kills.append(last_step(logdir))
+            signal_time = time.monotonic() - started
+            try:
+                os.kill(victim, signal.SIGKILL)
+            except ProcessLookupError:  # it exited meanwhile: draw again
+                continue
+            kills[kind] += 1
+            print(f"{signal_time:7.1f} s: killed {kind} {victim}", flush=True)
+            if kind == "driver":
+                try:
+                    attempt.process.wait(120)
+                except subprocess.TimeoutExpired:
+                    raise ChaosFailed("the run did not exit after its driver was killed") from None
+                attempts.append(Attempt(command, workdir / f"attempt{len(attempts)}.log"))
+                attempts[-1].wait_for(r"training .* logging to", 1, args.timeout)
+                continue
+            attempt.wait_for(RECOVERED[kind], before[kind] + 1, args.timeout)
+            after = attempt.count(r"checkpoint written")
+            attempt.wait_for(r"checkpoint written", max(after, saved) + 1, args.timeout)
+    except ChaosFailed as error:
+        failure = str(error)
+    finally:
+        for attempt in attempts:
+            if attempt.process.poll() is None:
+                seen |= descendants(attempt.process.pid)
+                attempt.process.kill()
+                attempt.process.wait(60)
+    wall = time.monotonic() - started
+    deadline = time.monotonic() + 30
+    while any(map(alive, seen)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    orphans = sorted(pid for pid in seen if alive(pid))
+    rows = metrics(logdir)
+    duplicated, missing = check_rows(rows, steps, log_every, eval_every)
+    checks: dict[str, object] = {}
+    train = [row for row in rows if "eval/return" not in row]
+    last = train[-1] if train else {}
+    checks["reached_steps"] = last.get("env_steps") == steps
+    try:
+        state = checkpoint.load(checkpoint.latest(logdir))
+        checks["checkpoint_loads"] = state["steps"]["env_steps"] == steps
+    except Exception as error:  # noqa: BLE001 - reported, not raised
+        checks["checkpoint_loads"] = f"{type(error).__name__}: {error}"
+    counters = {
+        "env/restarts": kills["env_worker"] + kills["inference"],
+        "restarts/inference": kills["inference"],
+        "restarts/eval": kills["eval"],
+        "restarts/render": kills["render"],
+    }
+    checks["counters"] = {key: [last.get(key), want] for key, want in counters.items()}
+    counters_match = all(got == want for got, want in checks["counters"].values())
+    evals = [row["env_steps"] for row in rows if "eval/return" in row]
+    checks["eval_rows_after_eval_kills"] = all(
+        any(step >= at - at % eval_every for step in evals) for at in eval_kills
+    )
+    survived = (
+        failure is None
+        and checks["reached_steps"] is True
+        and checks["checkpoint_loads"] is True
+        and counters_match
+        and checks["eval_rows_after_eval_kills"]
+    )
+    return {
+        "kills": {kind: kills[kind] for kind in KINDS},
+        "survived": survived,
+        "duplicated_rows": duplicated,
+        "missing_rows": missing,
+        "orphans": len(orphans),
+        "wall_s": round(wall, 1),
+        "reruns": len(attempts) - 1,
+        "checks": checks,
+        "failure": failure,
+        "command": " ".join(command),
+        "logs": str(workdir),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--replay", choices=("memory", "disk"), default="memory")
+    parser.add_argument("--ranks", type=int, default=1)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, help="run.steps (default: 250 per kill + 1000)")
+    parser.add_argument("--interval", type=float, nargs=2, default=(2.0, 6.0))
+    parser.add_argument("--timeout", type=float, default=300, help="s to wait for a recovery")
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args(argv)
+    if args.steps is None:
+        args.steps = 250 * args.kills + 1000
+    result = chaos(args)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(text + "\n")
+    clean = result["survived"] and not (
+        result["duplicated_rows"] or result["missing_rows"] or result["orphans"]
+    )
+    return 0 if clean else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

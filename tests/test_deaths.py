@@ -1,0 +1,156 @@
+"""Each kind of child process of a run dies (SIGKILL) or starves (SIGSTOP), and the run
+goes on: a render worker (its pool is replaced, figures drawn again byte for byte), the
+inference server (its collector is replaced), a server stopped past the weight-push
+timeout, the evaluation process (relaunched, the evaluation it was running played
+again); then a process-group USR1 (what srun sends every process of a SLURM step) after
+all those replacements still checkpoints the run, and no child dies of it. Env worker
+deaths: tests/test_failures.py; the driver's: tests/test_kill.py."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from dreamer import checkpoint
+from dreamer.render import RenderPool, draw
+from tests.runs import alive, descendants, read_metrics
+
+ROOT = Path(__file__).resolve().parent.parent
+STEPS = 1500  # more than it takes: the run is stopped by USR1
+EVERY = 300
+RUN = [
+    "experiment=smoke",
+    "env=cue",
+    "run.train_starts=200",
+    "run.log_every=100",
+    "run.train_ratio=4",
+    "run.save_every=1",
+    "collector.sync_every=1",  # a push after every update: some land in the stop
+    "collector.push_timeout=2",
+    f"eval.every={EVERY}",
+    "eval.episodes=1",
+    "eval.max_steps=100",
+    "eval.render_workers=1",
+    "run.progress=false",
+]
+
+
+def test_render_pool_draws_again_what_a_killed_worker_left(tmp_path):
+    frames = np.random.default_rng(0).integers(0, 255, (300, 48, 48, 3), dtype=np.uint8)
+    series = {"train": ([0.0, 1.0, 2.0], [0.0, 2.0, 1.0])}
+    draw("video", tmp_path / "inline" / "episode", {"frames": frames})
+    draw("curve", tmp_path / "inline" / "curve.png", {"series": series, "title": "t"})
+    pool = RenderPool(1)
+    pool.start()
+    worker = next(iter(pool._pool._processes))
+    pool.submit("video", tmp_path / "pool" / "episode", frames=frames)
+    pool.submit("curve", tmp_path / "pool" / "curve.png", series=series, title="t")
+    os.kill(worker, signal.SIGKILL)
+    pool.close()
+    assert pool.failures == []
+    assert pool.relaunches.counts["render"] == 1
+    inline = sorted(path.name for path in (tmp_path / "inline").iterdir())
+    assert sorted(path.name for path in (tmp_path / "pool").iterdir()) == inline
+    for name in inline:
+        assert (tmp_path / "pool" / name).read_bytes() == (tmp_path / "inline" / name).read_bytes()
+    assert not alive(worker)
+
+
+def ignores_usr1(pid: int) -> bool:
+    """Is USR1 ignored or blocked in process ``pid`` (Linux /proc)?"""
+    fields = dict(
+        line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    bit = 1 << (signal.SIGUSR1 - 1)
+    return bool((int(fields["SigIgn"], 16) | int(fields["SigBlk"], 16)) & bit)
+
+
+class Run:
+    """The trainer in a session of its own, USR1 ignored as slurm/node.sh does."""
+
+    def __init__(self, logdir: Path, log: Path):
+        self.log = log
+        command = [sys.executable, "-m", "dreamer.train", *RUN, f"run.steps={STEPS}"]
+        self.process = subprocess.Popen(
+            [*command, f"run.logdir={logdir}"],
+            cwd=ROOT,
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGUSR1, signal.SIG_IGN),
+        )
+        self.started = time.monotonic()
+
+    def text(self) -> str:
+        return self.log.read_text()
+
+    def wait_for(self, pattern: str, count: int = 1, timeout: float = 300) -> str:
+        """The ``count``-th match of ``pattern`` in the log (its first group)."""
+        deadline = time.monotonic() + timeout
+        while len(found := re.findall(pattern, self.text())) < count:
+            assert self.process.poll() is None, self.text()[-4000:]
+            assert time.monotonic() < deadline, f"no {pattern!r}:\n{self.text()[-4000:]}"
+            time.sleep(0.2)
+        return found[count - 1]
+
+
+def test_children_die_and_starve_and_the_run_goes_on(tmp_path):
+    logdir = tmp_path / "run"
+    run = Run(logdir, tmp_path / "run.log")
+    # a render worker (started with the run), killed: a new pool
+    os.kill(int(run.wait_for(r"render worker pids: (\d+)")), signal.SIGKILL)
+    # the inference server, killed: a new collector with a new server
+    os.kill(int(run.wait_for(r"inference server pid: (\d+)")), signal.SIGKILL)
+    server = int(run.wait_for(r"inference server pid: (\d+)", 2))
+    assert "after its inference server died; replacing the collector" in run.text()
+    run.wait_for(r"render worker pids: (\d+)", 2)
+    # the new server, stopped past the weight-push timeout while the learner pushes
+    # (again if the stop fell where the loop waited for transitions, not in updates)
+    run.wait_for(r"(learner update takes)")
+    for _ in range(4):
+        os.kill(server, signal.SIGSTOP)
+        time.sleep(6)
+        os.kill(server, signal.SIGCONT)
+        version_at_resume = read_metrics(logdir)[-1]["policy_version"]
+        if "weight push: Timed out" in run.text():
+            break
+        time.sleep(2)
+    assert "the policy keeps its weights until the next push" in run.text(), run.text()[-3000:]
+    # the evaluation process, killed as soon as it shows (most likely mid-evaluation)
+    os.kill(int(run.wait_for(r"evaluation process pid: (\d+)")), signal.SIGKILL)
+    run.wait_for(r"(the evaluation process .*died.*relaunching it)")
+    run.wait_for(r"(eval at env step \d+: return)")  # the one it ran, played again
+    run.wait_for(r"evaluation process pid: (\d+)", 2)
+    # every replacement in place: each child ignores (or blocks) USR1 as the launcher
+    # made the run ignore it, and a preemption reaching every process of the session
+    # stops the run with a checkpoint and kills none of them
+    replaced = descendants(run.process.pid)
+    assert {pid: ignores_usr1(pid) for pid in replaced} == dict.fromkeys(replaced, True)
+    os.killpg(run.process.pid, signal.SIGUSR1)
+    assert run.process.wait(300) == checkpoint.REQUEUE_EXIT, run.text()[-4000:]
+    text = run.text()
+    assert "stopped by signal 10" in text
+    assert text.count("replacing the collector") == 1, text[-4000:]  # none died of USR1
+    assert "the inference server is gone" not in text, text[-4000:]
+    assert text.count("replacing the render pool") == 1, text[-4000:]
+    assert len(re.findall(r"evaluation process.* died", text)) == 1, text[-4000:]
+    assert not any(map(alive, replaced))
+    rows = read_metrics(logdir)
+    steps = [row["env_steps"] for row in rows]
+    assert steps == sorted(set(steps))
+    # nothing counted twice or lost across the replaced collector
+    assert all(row["replay/size"] == row["env_steps"] for row in rows)
+    versions = [row["policy_version"] for row in rows]
+    assert versions == sorted(versions) and versions[-1] > version_at_resume
+    state = checkpoint.load(checkpoint.latest(logdir))
+    assert state["relaunches"] == {"inference": 1, "eval": 1, "render": 1}
+    assert state["episodes"]["restarts"] == 1  # the collector replaced with the dead server
+    assert state["steps"]["env_steps"] >= steps[-1]
+    evals = [row["env_steps"] for row in read_metrics(logdir, "eval")]
+    due = state["steps"]["env_steps"] // EVERY
+    assert evals == sorted(set(evals)) and len(evals) >= due - 1  # one may still have run
