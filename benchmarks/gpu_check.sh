@@ -28,8 +28,9 @@ OUT=$(cd "$OUT" && pwd)
 rm -f "$OUT/gpu.json" "$OUT/summary.md" "$OUT/log.txt"
 WORK=$(mktemp -d /tmp/gpu_check.XXXXXX)  # step outputs and run dirs: kept off $OUT's limits
 exec > >(tee "$OUT/log.txt") 2>&1
-# 6 minutes with the start-up on the GPU; a loaded 2-core CPU gets 3x each limit
-SCALE=${GPU_CHECK_SCALE:-$((DRY ? 3 : 1))}
+# 6 minutes with the start-up on the GPU; the dry run on a 2-core CPU, maybe shared with
+# other work (filelock and gc_freeze alone start 8 Pythons), gets 20x each limit
+SCALE=${GPU_CHECK_SCALE:-$((DRY ? 20 : 1))}
 DEADLINE=$((SECONDS + ${GPU_CHECK_SECONDS:-$((345 * SCALE))}))
 export PYTHONUNBUFFERED=1 RL_WARNINGS=0
 
