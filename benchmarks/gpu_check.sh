@@ -28,8 +28,9 @@ OUT=$(cd "$OUT" && pwd)
 rm -f "$OUT/gpu.json" "$OUT/summary.md" "$OUT/log.txt"
 WORK=$(mktemp -d /tmp/gpu_check.XXXXXX)  # step outputs and run dirs: kept off $OUT's limits
 exec > >(tee "$OUT/log.txt") 2>&1
-# 6 minutes with the start-up on the GPU; a loaded 2-core CPU gets 3x each limit
-SCALE=${GPU_CHECK_SCALE:-$((DRY ? 3 : 1))}
+# 6 minutes with the start-up on the GPU; the dry run on a 2-core CPU, maybe shared with
+# other work (filelock and gc_freeze alone start 8 Pythons), gets 20x each limit
+SCALE=${GPU_CHECK_SCALE:-$((DRY ? 20 : 1))}
 DEADLINE=$((SECONDS + ${GPU_CHECK_SECONDS:-$((345 * SCALE))}))
 export PYTHONUNBUFFERED=1 RL_WARNINGS=0
 
@@ -84,7 +85,7 @@ if ((DRY)); then
   FILELOCK=(--messages 32)
   GC=(--steps 520 --heap-objects 10000)
 else
-  PY=python3
+  PY=${PYTHON:-python3}  # the image's, with its torch
   SITE=${SITE:-/tmp/dreamer-site}
   install "$SITE" || exit 1
   export PYTHONPATH=$PWD:$SITE
@@ -101,7 +102,7 @@ else
     replay.size=20000)
   COLLECT=(--models size1m --workers 16 --seconds 3 collector.inference.static_batch=true)
   FILELOCK=(--messages 1000)
-  GC=(--steps 1200)
+  GC=(--steps 800)
 fi
 
 $PY -c "import sys, torch; print('python', sys.version.split()[0], '| torch', torch.__version__,
@@ -115,7 +116,7 @@ learner() {  # learner MODEL BATCH LENGTH UPDATES
     --updates "$4" "${LEARNER_MODES[@]}" --json "$WORK/learner-$1-$2x$3.json"
 }
 
-step roof 20 $PY benchmarks/matmul_roof.py "${ROOF[@]}" --json "$WORK/roof.json"
+step roof 15 $PY benchmarks/matmul_roof.py "${ROOF[@]}" --json "$WORK/roof.json"
 read -r -a shape <<<"${LEARNER_SHAPES[0]}"
 learner "${shape[@]}" 80
 # after the learner at the same shape, so its compiled graphs come from the cache
@@ -127,13 +128,13 @@ for rest in "${LEARNER_SHAPES[@]:1:1}"; do
   read -r -a shape <<<"$rest"
   learner "${shape[@]}" 40
 done
-step filelock 20 $PY benchmarks/filelock_hook.py "${FILELOCK[@]}" --json "$WORK/filelock.json"
+step filelock 40 $PY benchmarks/filelock_hook.py "${FILELOCK[@]}" --json "$WORK/filelock.json"
 # the driver's regime on Python 3.12: the smoke run on the CPU, as the seed measured it
-step gc_freeze 30 env CUDA_VISIBLE_DEVICES= $PY benchmarks/gc_freeze.py "${GC[@]}" \
+step gc_freeze 45 env CUDA_VISIBLE_DEVICES= $PY benchmarks/gc_freeze.py "${GC[@]}" \
   --json "$WORK/gc_freeze.json"
-for rest in "${LEARNER_SHAPES[@]:2}"; do
+for rest in "${LEARNER_SHAPES[@]:2}"; do  # in what the steps above left unspent
   read -r -a shape <<<"$rest"
-  learner "${shape[@]}" 20
+  learner "${shape[@]}" 30
 done
 
 echo
