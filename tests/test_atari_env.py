@@ -91,10 +91,10 @@ def test_atari100k_preset_smoke_run(tmp_path):
         logdir,
         "experiment=atari100k",
         "model=tiny",
-        "run.steps=192",
-        "run.train_starts=128",
+        "run.steps=128",
+        "run.train_starts=96",
         "run.train_ratio=16",
-        "run.log_every=64",
+        "run.log_every=32",
         "replay.batch=4",
         "replay.length=16",
         "learner.warmup=0",
@@ -106,5 +106,5 @@ def test_atari100k_preset_smoke_run(tmp_path):
     saved = yaml.safe_load((logdir / "config.yaml").read_text())
     assert saved["env"]["repeat"] == 4 and saved["env"]["actions"] == "minimal"
     rows = read_metrics(logdir)
-    assert rows[-1]["env_steps"] == 192 and rows[-1]["updates"] >= 8
+    assert rows[-1]["env_steps"] == 128 and rows[-1]["updates"] >= 4
     assert all(np.isfinite(rows[-1][key]) for key in rows[-1] if key.startswith("loss"))

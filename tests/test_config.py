@@ -200,6 +200,11 @@ BAD = [
     (["run.from_checkpoint=/no/such/run"], "run.from_checkpoint"),
     (["run.from_checkpoint_parts=[brain]"], "run.from_checkpoint_parts"),
     (["run.from_checkpoint_parts=[optimizer]"], "run.from_checkpoint_parts"),
+    (["env=dmc", "env.task=cartpole_nope"], "env.task"),
+    (["env=dmc", "env.obs=pixels"], "env.obs"),
+    (["env=atari", "env.game=pongg"], "env.game"),
+    (["env=atari", "env.lives=discount"], "env.lives"),
+    (["env=gym", "env.id=CartPole-v1", "env.kwargs=3"], "env.kwargs"),
 ]
 
 
@@ -231,6 +236,32 @@ def test_bad_override_exits_2_with_one_line(overrides, key, bad_runs):
     assert len(lines) == 1 and lines[0].startswith("error: "), stderr
     assert key in lines[0]
     assert not (cwd / "runs").exists()  # validation creates nothing
+
+
+@pytest.mark.parametrize(("env", "package"), [("dmc", "dm_control"), ("atari", "ale_py")])
+def test_missing_extra_exits_2_with_the_pip_command(env, package):
+    hidden = f"import sys; sys.modules[{package!r}] = None; "  # as if not installed
+    result = subprocess.run(
+        [sys.executable, "-c", hidden + CLI, f"env={env}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"error: env: {env} needs {package}; install it with pip install -e '.[{env}]'"
+    ]
+
+
+def test_gym_kwargs_reach_the_config_whole():
+    cfg = load(
+        [
+            "env=gym",
+            "env.id=CartPole-v1",
+            "env.kwargs={max_episode_steps: 7, sutton_barto_reward: true}",
+        ]
+    )
+    assert dict(cfg.env.kwargs) == {"max_episode_steps": 7, "sutton_barto_reward": True}
 
 
 @pytest.mark.parametrize("flag", [["--cfg", "job"], ["--cfg=job"], ["-c", "job"]])

@@ -65,11 +65,12 @@ def test_gl_backend_is_auto_picked_and_mujoco_gl_overrides(monkeypatch):
 SMOKE = (
     "experiment=smoke",
     "env=dmc",
-    "env.length=100",
-    "run.steps=192",
+    "env.length=32",
+    "run.steps=128",
     "run.train_ratio=16",
-    "run.train_starts=128",
+    "run.train_starts=96",
     "run.log_every=32",
+    "collector.chunk=16",
     "eval.every=0",
 )
 
@@ -81,11 +82,11 @@ def test_smoke_run(tmp_path, obs):
     result = run_trainer(logdir, *SMOKE, f"env.task={task}", f"env.obs={obs}")
     assert result.returncode == 0, result.stderr[-3000:]
     rows = read_metrics(logdir)
-    assert rows[-1]["env_steps"] == 192 and rows[-1]["updates"] >= 8
+    assert rows[-1]["env_steps"] == 128 and rows[-1]["updates"] >= 4
     finished = [row for row in rows if "episode/return" in row]
-    assert finished, "no 100-step episode finished"
+    assert finished, "no 32-step episode finished"
     # suite rewards lie in [0, 1] per step; balance starts upright, so a random policy scores
-    assert all(0 <= row["episode/return"] <= 100 for row in finished)
+    assert all(0 <= row["episode/return"] <= 32 for row in finished)
     if obs == "proprio":
-        assert max(row["episode/return"] for row in finished) > 10
+        assert max(row["episode/return"] for row in finished) > 5
     assert all(torch.isfinite(torch.tensor(rows[-1][k])) for k in rows[-1] if "loss" in k)
