@@ -247,7 +247,10 @@ class Collection:
                         f"collection failed {failures} times in a row; last: {error}"
                     ) from error
                 cause = error.__cause__ or error
-                server_died = not collector._server.is_alive
+                # the server also ends after a worker's death: it is the cause only
+                # when every worker outlived it
+                exited = [w for w in collector._workers if getattr(w, "exitcode", None) is not None]
+                server_died = not collector._server.is_alive and not exited
                 if server_died:
                     self.relaunches.add("inference")
                 log.error(
