@@ -247,7 +247,9 @@ class Collection:
                         f"collection failed {failures} times in a row; last: {error}"
                     ) from error
                 cause = error.__cause__ or error
-                server_died = not collector._server.is_alive
+                # torchrl has shut the collector down by now (the server too, whatever
+                # died); its errors name the server when that was the cause
+                server_died = "inference server" in f"{error} {cause}".lower()
                 if server_died:
                     self.relaunches.add("inference")
                 log.error(
