@@ -148,7 +148,7 @@ def test_a_tracker_server_killed_mid_run_warns_once_and_training_finishes(tmp_pa
         "eval.every=0",
         "logger=[jsonl,mlflow]",
         f"logger.mlflow.uri={uri}",
-        "run.steps=600",
+        "run.steps=400",
         f"run.logdir={logdir}",
         "run.progress=false",
     ]
@@ -163,7 +163,7 @@ def test_a_tracker_server_killed_mid_run_warns_once_and_training_finishes(tmp_pa
     assert trainer.returncode == 0, stderr[-3000:]
     assert stderr.count("mlflow is unreachable") == 1, stderr[-3000:]
     steps = [row["env_steps"] for row in read_metrics(logdir)]
-    assert steps == sorted(set(steps)) and len(steps) >= 5 and steps[-1] == 600, steps
+    assert steps == sorted(set(steps)) and len(steps) >= 3 and steps[-1] == 400, steps
 
 
 BLOCK = 32768  # LevelDB log blocks, the layout of wandb's .wandb files
