@@ -3,58 +3,17 @@ losses and gradients on a fixed batch with fixed draws, for every kind of agent.
 
 import pytest
 import torch
-from tensordict import TensorDict
-from torch.nn import functional
 
-from dreamer.agent.build import build_agent, latent_sizes
+from dreamer.agent.build import build_agent
 from dreamer.agent.fused import FusedDreamerV3Loss
 from dreamer.agent.masked import Head
 from dreamer.agent.spaces import EnvSpaces, ObsKey
 from dreamer.config import load
 from dreamer.learner import Learner
-from tests.batches import real_batch
+from tests.batches import real_batch, synthetic_batch
 from tests.ddp_updates import same_draws
 
 RTOL = 1e-5
-
-
-def synthetic_batch(spaces: EnvSpaces, model, batch: int, length: int) -> TensorDict:
-    """A replay-format batch for agents whose envs cannot run here (MineDojo-like:
-    several observation keys, masked multi-head actions)."""
-    g = torch.Generator().manual_seed(0)
-    shape = (batch, length)
-    nxt = {}
-    for key in spaces.obs:
-        if key.kind == "image":
-            nxt[key.name] = torch.randint(0, 256, (*shape, *key.shape), generator=g).byte()
-        else:
-            nxt[key.name] = torch.randn(*shape, *key.shape, generator=g)
-    if spaces.action_heads:
-        sizes = [head.size for head in spaces.action_heads]
-        parts = [torch.randint(0, n, shape, generator=g) for n in sizes]
-        action = torch.cat([functional.one_hot(p, n) for p, n in zip(parts, sizes)], -1)
-    else:
-        action = functional.one_hot(torch.randint(0, spaces.action_dim, shape, generator=g))
-    done = torch.rand(*shape, 1, generator=g) < 0.05
-    state, deter = latent_sizes(model)
-    nxt.update(
-        reward=torch.randn(*shape, 1, generator=g),
-        done=done,
-        terminated=done & (torch.rand(*shape, 1, generator=g) < 0.5),
-    )
-    is_init = torch.zeros(*shape, 1, dtype=torch.bool)
-    is_init[:, 0] = True
-    is_init[:, 1:] = done[:, :-1]
-    return TensorDict(
-        {
-            "action": action,
-            "state": torch.zeros(*shape, state),
-            "belief": torch.zeros(*shape, deter),
-            "is_init": is_init,
-            "next": TensorDict(nxt, shape),
-        },
-        shape,
-    )
 
 
 MULTI_KEY = EnvSpaces(

@@ -28,6 +28,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import InteractionType
 from torch import nn
 from torch.nn import functional
+from torchrl.modules import DreamerV3MLP
 from torchrl.modules.distributions.utils import has_analytic_entropy, rsample_and_log_prob
 from torchrl.modules.models.model_based import (
     _DreamerV3BlockLinear,
@@ -104,7 +105,7 @@ class RSSMCell:
         layer = self.rnn.hidden_layers[0]
         weight = layer.weight  # [blocks, belief/blocks + 3 * hidden, out/blocks]
         per_block = self.deter // self.blocks
-        on_belief = weight[:, :per_block]
+        on_belief = weight[:, :per_block].contiguous()
         features = weight[:, per_block:].permute(1, 0, 2).reshape(3 * self.hidden, -1)
         h = self.hidden
         return on_belief, features[:h], features[h : 2 * h], features[2 * h :], layer.bias
@@ -217,6 +218,14 @@ def _net(module):
     return module.module
 
 
+def _head(net: nn.Module, state, belief, features=None) -> torch.Tensor:
+    """A (state, belief) head; a ``DreamerV3MLP`` takes ``features`` (the two already
+    concatenated, shared by every head) instead of concatenating them again."""
+    if features is not None and type(net) is DreamerV3MLP:
+        return net(features)
+    return net(state, belief)
+
+
 class FusedDreamerV3Loss(nn.Module):
     """Drop-in for torchrl's stepper: ``forward(sample)`` returns what
     ``DreamerV3Loss.forward`` returns, computed as described in the module docstring.
@@ -297,7 +306,8 @@ class FusedDreamerV3Loss(nn.Module):
             error = (target - prediction).pow(2).reshape(*batch, -1).sum(-1)
             reconstruction = reconstruction + error.mean()
         next_td = sample.get("next")
-        reward_logits = self.reward_net(states, beliefs).float()
+        features = torch.cat([states, beliefs], -1)
+        reward_logits = _head(self.reward_net, states, beliefs, features).float()
         reward_loss = two_hot_cross_entropy(
             reward_logits, next_td.get("reward"), model_loss.reward_bins
         ).mean()
@@ -315,29 +325,33 @@ class FusedDreamerV3Loss(nn.Module):
                 terminated = next_td.get("done")
             target = (~terminated).float() * model_loss.continue_target_scale
             continue_loss = functional.binary_cross_entropy_with_logits(
-                self.continue_net(states, beliefs).squeeze(-1), target.squeeze(-1)
+                _head(self.continue_net, states, beliefs, features).squeeze(-1),
+                target.squeeze(-1),
             )
             losses["loss_model_continue"] = model_loss.lambda_continue * continue_loss
-        return losses, states, beliefs
+        return losses, states, beliefs, features
 
     # -- imagination ---------------------------------------------------------------
     @torch.no_grad()
     def _imagine(self, state: torch.Tensor, belief: torch.Tensor, horizon: int):
-        """[N, H+1] imagined states and beliefs (the start included), [N, H] actions."""
+        """[N, H+1, state + belief] imagined features (the start included), written in
+        place step by step, and [N, H] actions."""
         split = self.cell._split_first_layer()
-        states, beliefs, actions = [state], [belief], []
-        for _ in range(horizon):
+        size = state.shape[-1]
+        features = state.new_empty(state.shape[0], horizon + 1, size + belief.shape[-1])
+        features[:, 0, :size], features[:, 0, size:] = state, belief
+        actions = []
+        for t in range(horizon):
             action = self.actor.sample(self.actor.dist(state, belief))
             state, belief = self.cell.imagine_step(state, belief, action, split)
-            states.append(state)
-            beliefs.append(belief)
+            features[:, t + 1, :size], features[:, t + 1, size:] = state, belief
             actions.append(action)
-        return torch.stack(states, 1), torch.stack(beliefs, 1), torch.stack(actions, 1)
+        return features, torch.stack(actions, 1)
 
-    def _value(self, state, belief) -> torch.Tensor:
-        return self.value_decode(self.value_net(state, belief).float())
+    def _value(self, state, belief, features=None) -> torch.Tensor:
+        return self.value_decode(_head(self.value_net, state, belief, features).float())
 
-    def _slow_value(self, state, belief) -> torch.Tensor:
+    def _slow_value(self, state, belief, features=None) -> torch.Tensor:
         value_loss = self.inner.value_loss
         with (
             torch.no_grad(),
@@ -345,12 +359,12 @@ class FusedDreamerV3Loss(nn.Module):
                 value_loss.value_model, preserve_module_state=False
             ),
         ):
-            return self._value(state, belief)
+            return self._value(state, belief, features)
 
     def forward(self, sample: TensorDictBase) -> TensorDictBase:
         loss = self.inner
         actor_loss, value_loss = self.actor_loss, loss.value_loss
-        model_losses, states, beliefs = self._world_model(sample)
+        model_losses, states, beliefs, wm_features = self._world_model(sample)
         batch = sample.batch_size
 
         start_state = states.detach().reshape(-1, states.shape[-1])
@@ -360,14 +374,20 @@ class FusedDreamerV3Loss(nn.Module):
             index = torch.randperm(count, device=start_state.device)[: self.starts]
             start_state, start_belief = start_state[index], start_belief[index]
         horizon = actor_loss.imagination_horizon
-        im_states, im_beliefs, actions = self._imagine(start_state, start_belief, horizon)
-        now_s, now_b = im_states[:, :horizon], im_beliefs[:, :horizon]
+        features, actions = self._imagine(start_state, start_belief, horizon)
+        size = start_state.shape[-1]
+        im_states, im_beliefs = features[..., :size], features[..., size:]
+        now_s, now_b, now_f = im_states[:, :horizon], im_beliefs[:, :horizon], features[:, :horizon]
+        # the critic's logits on every imagined state: with gradients for its loss
+        # (states 0..H-1), detached for the bootstrap values and the baseline
+        value_logits_all = _head(self.value_net, im_states, im_beliefs, features).float()
         with torch.no_grad():
             next_s, next_b = im_states[:, 1:], im_beliefs[:, 1:]
-            reward = self.reward_decode(self.reward_net(next_s, next_b).float())
-            values = self._value(im_states, im_beliefs)
+            reward_logits = _head(self.reward_net, next_s, next_b, features[:, 1:]).float()
+            reward = self.reward_decode(reward_logits)
+            values = self.value_decode(value_logits_all.detach())
             next_value, baseline = values[:, 1:], values[:, :horizon]
-            continues = torch.sigmoid(self.continue_net(im_states, im_beliefs))
+            continues = torch.sigmoid(_head(self.continue_net, im_states, im_beliefs, features))
             continuation, root = continues[:, 1:], continues[:, :horizon]
             lambda_target = actor_loss.lambda_target(reward, next_value, continuation)
             if actor_loss.discount_loss:
@@ -394,13 +414,13 @@ class FusedDreamerV3Loss(nn.Module):
             entropy = actor_value.new_zeros(())
 
         # critic on the imagined states
-        value_logits = self.value_net(now_s, now_b).float()
+        value_logits = value_logits_all[:, :horizon]
         target = lambda_target.squeeze(-1)
         step_discount = discount.squeeze(-1)
         critic = two_hot_cross_entropy(value_logits, target, value_loss.value_bins)
         regularize = value_loss.slow_critic_regularization
         if regularize:
-            slow = self._slow_value(now_s, now_b).squeeze(-1)
+            slow = self._slow_value(now_s, now_b, now_f).squeeze(-1)
             slow_loss = two_hot_cross_entropy(value_logits, slow, value_loss.value_bins)
             critic = critic + regularize * slow_loss
         else:
@@ -417,7 +437,7 @@ class FusedDreamerV3Loss(nn.Module):
             loss_value=value_loss._reduce_loss(step_discount * critic),
             value_slow_loss=value_loss._reduce_loss(step_discount * slow_loss).detach(),
         )
-        replay_value = self._replay_value(sample, states, beliefs, lambda_target)
+        replay_value = self._replay_value(sample, states, beliefs, wm_features, lambda_target)
         result["loss_replay_value"] = loss.replay_value_loss_weight * replay_value
         result["replay_value"] = replay_value.detach()
         out = TensorDict(result, [])
@@ -427,7 +447,7 @@ class FusedDreamerV3Loss(nn.Module):
         )
         return out
 
-    def _replay_value(self, sample, states, beliefs, lambda_target) -> torch.Tensor:
+    def _replay_value(self, sample, states, beliefs, features, lambda_target) -> torch.Tensor:
         """torchrl's replay-value term: the critic on the posterior states (gradients
         reach the world model), bootstrapped from each state's first imagined return."""
         loss, value_loss = self.inner, self.inner.value_loss
@@ -444,10 +464,10 @@ class FusedDreamerV3Loss(nn.Module):
             loss.lmbda,
         )
         weight = ~done.squeeze(-1)[..., :-1]
-        prediction = self.value_net(states, beliefs).float()[..., :-1, :]
+        prediction = _head(self.value_net, states, beliefs, features).float()[..., :-1, :]
         critic = two_hot_cross_entropy(prediction, target, value_loss.value_bins)
         if value_loss.slow_critic_regularization:
-            slow = self._slow_value(states, beliefs)[..., :-1, 0]
+            slow = self._slow_value(states, beliefs, features)[..., :-1, 0]
             critic = critic + value_loss.slow_critic_regularization * two_hot_cross_entropy(
                 prediction, slow, value_loss.value_bins
             )
