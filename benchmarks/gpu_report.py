@@ -61,10 +61,11 @@ def learner(work: Path, roof: float | None) -> dict[str, dict]:
                     "replayed_steps_per_s": batch * length / seconds,
                     "setup_s": float(match[3]),
                 }
-        flops = payload.get("flops_per_update")
+        flops = payload.get("flops_per_update")  # per mode where the paths differ
         for mode in modes.values():
-            if flops:
-                mode["flops_per_s"] = flops * mode["updates_per_s"]
+            mode_flops = mode.get("flops_per_update") or flops
+            if mode_flops:
+                mode["flops_per_s"] = mode_flops * mode["updates_per_s"]
                 mode["tflops"] = mode["flops_per_s"] / 1e12
                 if roof:
                     mode["roof_share"] = mode["flops_per_s"] / roof

@@ -1,28 +1,35 @@
 """Learner speed per mode, measured in one run on the current device.
 
-    python benchmarks/learner.py [--model size1m] [--batch 16] [--length 64] [--json PATH]
+    python benchmarks/learner.py [--obs pixels|vector] [--model size1m] [--batch 16]
+                                 [--length 64] [--updates N] [--modes ...] [--json PATH]
 
-Modes, each on a fresh agent with the same weights and the same real Crafter batch:
+``--obs pixels``: a real Crafter batch (64x64 images, 17 discrete actions);
+``--obs vector``: a DMC-like batch, a 24-dim proprio observation and a 6-dim
+continuous action (random data: the speed does not depend on the values).
+Modes, each on a fresh agent with the same weights and the same batch:
   torchrl_eager            torchrl's own DreamerV3OptimizationStepper + DreamerV3Optimizer,
                            eager fp32 (the baseline)
-  ours                     the project's learner as configured for this device
-                           (learner.compile/cudagraph/precision = auto)
-  fewer_starts             CPU: the project's learner imagining from a quarter of the
-                           replayed states (learner.imag_starts = batch x length / 4, an
-                           option of the DreamerV3 recipe)
-  compiled                 the project's learner with learner.compile=true; on the CPU
-                           only with --modes (compiling takes ~4 minutes there)
-  compiled_fewer_starts    CPU, with --modes: both
+  torchrl_compiled         the same with the stepper's own torch.compile (on request:
+                           minutes of compiling on a CPU)
+  fused                    the project's learner as configured for this device
+                           (learner.rollout=fused, compile/cudagraph/precision = auto)
+  torchrl_rollout          the project's learner with learner.rollout=torchrl
+  fewer_starts             CPU: fused, imagining from a quarter of the replayed states
+                           (learner.imag_starts = batch x length / 4, a DreamerV3 option)
+  compiled                 fused with learner.compile=true (CPU: on request)
   eager_fp32               CUDA only: compile, CUDA graph and bf16 off
   compiled_cudagraph_bf16  CUDA only: all three on
-  torchrl_compiled_cudagraph_bf16
-                           CUDA only: torchrl's stepper with its compile, CUDA-graph
-                           capture and bf16 autocast on
-Prints updates/s, replayed steps/s (batch x length per update) and achieved FLOP/s,
-as ratios to torchrl_eager; the model FLOPs per update are counted once with
-torch's FLOP formulas on an eager update (forward + backward).
-``--json PATH`` writes {"device", "model", "batch", "length", "flops_per_update",
-"modes": {"<mode>": {"updates_per_s", "replayed_steps_per_s", "flops_per_s"}}}.
+The timed updates of all modes are interleaved (one update of each mode per round) so
+a machine shared with other work slows every mode alike; each mode reports its median.
+The roof is the GFLOP/s of a 2048 x 2048 fp32 matmul measured in the same run (best of
+before and after). FLOPs per update are counted once per path with torch's FLOP formulas
+on an eager update (forward + backward): the fused path executes fewer (imagination
+without autograd, shared critic logits), so "share" is executed FLOP/s over the roof and
+"vs torchrl_eager" is the ratio of replayed steps/s. Set-up and warm-up (compiling
+included) are timed apart from the updates.
+``--json PATH`` writes {"device", "obs", "model", "batch", "length", "roof_flops_per_s",
+"modes": {"<mode>": {"updates_per_s", "replayed_steps_per_s", "flops_per_update",
+"flops_per_s", "roof_share", "setup_s"}}}.
 """
 
 from __future__ import annotations
@@ -42,10 +49,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from dreamer.agent.build import build_agent  # noqa: E402
+from dreamer.agent.spaces import EnvSpaces, ObsKey  # noqa: E402
 from dreamer.config import load  # noqa: E402
 from dreamer.dist import World  # noqa: E402
 from dreamer.learner import Learner  # noqa: E402
-from tests.batches import real_batch  # noqa: E402
+from tests.batches import real_batch, synthetic_batch  # noqa: E402
 
 
 class FlopCount(TorchDispatchMode):
@@ -66,20 +74,21 @@ class FlopCount(TorchDispatchMode):
 
 
 class TorchrlStepper:
-    """torchrl's stepper as its documentation builds it: eager, or (``fast``) compiled,
-    CUDA-graph captured and bf16 autocast, warmed up on the first batch."""
+    """torchrl's stepper as its documentation builds it: eager, with its own compile, or
+    (``fast``, CUDA) compiled, CUDA-graph captured and bf16 autocast; warmed up on the
+    first batch."""
 
-    def __init__(self, agent, cfg, device, fast: bool = False):
+    def __init__(self, agent, cfg, device, compiled: bool = False, fast: bool = False):
         loss = agent.loss.to(device)
         optimizer = DreamerV3Optimizer(
             loss.parameters(), lr=cfg.learner.lr, agc=cfg.learner.grad_clip, warmup_steps=1
         )
         self.stepper = DreamerV3OptimizationStepper(
-            loss, optimizer, agent.target_updater, compile_train_step=fast, cudagraph=fast,
-            mixed_precision=fast,
+            loss, optimizer, agent.target_updater, compile_train_step=compiled or fast,
+            cudagraph=fast, mixed_precision=fast,
         )  # fmt: skip
         self.device = device
-        self.warm = not fast
+        self.warm = not (compiled or fast)
 
     def update(self, batch):
         batch = batch.to(self.device)
@@ -89,57 +98,85 @@ class TorchrlStepper:
         self.stepper.step(None, batch)
 
 
-def modes(device: torch.device, starts: int) -> dict[str, list[str]]:
+TORCHRL = {  # mode -> (compiled, fast)
+    "torchrl_eager": (False, False),
+    "torchrl_compiled": (True, False),
+    "torchrl_compiled_cudagraph_bf16": (True, True),
+}
+
+
+def modes(device: torch.device, starts: int) -> dict[str, list[str] | None]:
     """Mode name -> learner overrides (None: torchrl's own stepper)."""
+    common = {"torchrl_eager": None, "torchrl_compiled": None, "fused": []}
+    common["torchrl_rollout"] = ["learner.rollout=torchrl"]
     if device.type == "cuda":
         return {
-            "torchrl_eager": None,
-            "ours": [],
+            **common,
             "eager_fp32": ["learner.compile=false", "learner.cudagraph=false"]
             + ["learner.precision=fp32"],
             "compiled_cudagraph_bf16": ["learner.compile=true", "learner.cudagraph=true"]
             + ["learner.precision=bf16"],
             "torchrl_compiled_cudagraph_bf16": None,
         }
-    fewer = [f"learner.imag_starts={starts}"]
     return {
-        "torchrl_eager": None,
-        "ours": [],
-        "fewer_starts": fewer,
+        **common,
+        "fewer_starts": [f"learner.imag_starts={starts}"],
         "compiled": ["learner.compile=true"],
-        "compiled_fewer_starts": ["learner.compile=true", *fewer],
     }
 
 
 def default_modes(device: torch.device) -> list[str]:
     if device.type == "cuda":
-        return list(modes(device, 0))
-    return ["torchrl_eager", "ours", "fewer_starts"]
+        return [m for m in modes(device, 0) if m != "torchrl_rollout"]
+    return ["torchrl_eager", "fused", "torchrl_rollout", "fewer_starts"]
 
 
-def measure(make, batch, updates: int, device: torch.device) -> tuple[float, float]:
-    """(seconds of set-up + warm-up, seconds per update)."""
+def eager_overrides(overrides: list[str]) -> list[str]:
+    """The eager equivalent of a mode, whose FLOPs are counted."""
+    return [o for o in overrides if not o.startswith(("learner.compile", "learner.cudagraph"))]
+
+
+def matmul_roof(device: torch.device, size: int = 2048, repeats: int = 10) -> float:
+    """FLOP/s of a large fp32 matmul on ``device``: the best of a few timed rounds."""
+    a = torch.randn(size, size, device=device)
+    b = torch.randn(size, size, device=device)
+    best = float("inf")
+    for _ in range(3):
+        a @ b
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        for _ in range(repeats):
+            a @ b
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - started) / repeats)
+    return 2 * size**3 / best
+
+
+def solo_seconds(learner, batch, updates: int = 3) -> float:
+    """Seconds per update timed alone (CUDA: cheap next to compiling)."""
+    torch.cuda.synchronize()
     started = time.perf_counter()
-    learner = make()
-    for _ in range(2):  # compiles / captures on the first, settles on the second
-        learner.update(batch)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    ready = time.perf_counter()
     for _ in range(updates):
         learner.update(batch)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return ready - started, (time.perf_counter() - ready) / updates
+    torch.cuda.synchronize()
+    return (time.perf_counter() - started) / updates
+
+
+def vector_spaces() -> EnvSpaces:
+    """DMC-like proprioception: 24 observation dims, 6 continuous action dims."""
+    return EnvSpaces((ObsKey("observation", (24,), "vector"),), 6, discrete=False)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--obs", choices=("pixels", "vector"), default="pixels")
     parser.add_argument("--model", default="size1m")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--length", type=int, default=64)
     parser.add_argument("--updates", type=int, default=0, help="timed; 0: 5 on CPU, 30 on CUDA")
-    parser.add_argument("--modes", nargs="+", help="default: every mode but CPU compiled")
+    parser.add_argument("--modes", nargs="+", help="default: every mode but compiled ones")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     device = World().device("auto")
@@ -147,56 +184,111 @@ def main() -> int:
     if "torchrl_eager" not in chosen:
         chosen.insert(0, "torchrl_eager")  # the baseline of every ratio
     updates = args.updates or (30 if device.type == "cuda" else 5)
-    base = ["env=crafter", f"model={args.model}", f"replay.batch={args.batch}"]
+    env = "env=crafter" if args.obs == "pixels" else "env=cartpole"
+    base = [env, f"model={args.model}", f"replay.batch={args.batch}"]
     base += [f"replay.length={args.length}", "learner.warmup=1"]
     cfg = load(base)
-    spaces, batch = real_batch(cfg, args.batch, args.length)
+    if args.obs == "pixels":
+        spaces, batch = real_batch(cfg, args.batch, args.length)
+    else:
+        spaces = vector_spaces()
+        batch = synthetic_batch(spaces, cfg.model, args.batch, args.length)
 
     def agent():
         torch.manual_seed(0)
         return build_agent(cfg.model, cfg.learner, spaces)
 
-    with FlopCount() as counter:  # on the device: a size50m update takes long on a CPU
-        TorchrlStepper(agent(), cfg, device).update(batch)
-    flops = counter.total
-    results = {}
-    for name, overrides in modes(device, args.batch * args.length // 4).items():
-        if name not in chosen:
-            continue
+    def count_flops(make) -> int:
+        with FlopCount() as counter:
+            make().update(batch)
+        return counter.total
+
+    roof_before = matmul_roof(device)
+    all_modes = modes(device, args.batch * args.length // 4)
+    learners, setup, flops = {}, {}, {}
+    counted: dict[tuple, int] = {}
+    for name in chosen:
+        overrides = all_modes[name]
         if overrides is None:
-            fast = name != "torchrl_eager"
-            make = lambda fast=fast: TorchrlStepper(agent(), cfg, device, fast)  # noqa: E731
+            make = lambda name=name: TorchrlStepper(agent(), cfg, device, *TORCHRL[name])  # noqa: E731
+            flop_key = ("torchrl",)
+            if flop_key not in counted:
+                counted[flop_key] = count_flops(lambda: TorchrlStepper(agent(), cfg, device))
         else:
             mode_cfg = load(base + overrides)
             make = lambda mode_cfg=mode_cfg: Learner(agent(), mode_cfg.learner, device)  # noqa: E731
-        setup, seconds = measure(make, batch, updates, device)
+            eager = eager_overrides(overrides)
+            flop_key = tuple(eager)
+            if flop_key not in counted:
+                eager_cfg = load(
+                    base + eager + ["learner.compile=false", "learner.cudagraph=false"]
+                )
+                counted[flop_key] = count_flops(
+                    lambda c=eager_cfg: Learner(agent(), c.learner, device)
+                )
+        flops[name] = counted[flop_key]
+        started = time.perf_counter()
+        learner = make()
+        for _ in range(2):  # compiles / captures on the first, settles on the second
+            learner.update(batch)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        setup[name] = time.perf_counter() - started
+        learners[name] = learner
+        print(f"{name}: set-up and warm-up {setup[name]:.0f} s", flush=True)
+        if device.type == "cuda":  # a figure per mode even if a later one runs out of time
+            print(f"{name}: {solo_seconds(learner, batch):.3f} s/update "
+                  f"(set-up and warm-up {setup[name]:.0f} s)", flush=True)  # fmt: skip
+
+    times: dict[str, list[float]] = {name: [] for name in learners}
+    for _ in range(updates):  # interleaved: one update of every mode per round
+        for name, learner in learners.items():
+            started = time.perf_counter()
+            learner.update(batch)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            times[name].append(time.perf_counter() - started)
+    roof = max(roof_before, matmul_roof(device))
+
+    results = {}
+    for name, samples in times.items():
+        seconds = sorted(samples)[len(samples) // 2]
         results[name] = {
             "updates_per_s": 1 / seconds,
             "replayed_steps_per_s": args.batch * args.length / seconds,
-            "flops_per_s": flops / seconds,
-            "setup_s": setup,
+            "flops_per_update": flops[name],
+            "flops_per_s": flops[name] / seconds,
+            "roof_share": flops[name] / seconds / roof,
+            "setup_s": setup[name],
+            "seconds": samples,
         }
-        print(f"{name}: {seconds:.3f} s/update (set-up and warm-up {setup:.0f} s)", flush=True)
     baseline = results["torchrl_eager"]["updates_per_s"]
     print(
-        f"\n{args.model}, batch {args.batch} x {args.length}, {device}, torch {torch.__version__}, "
-        f"{flops / 1e9:.1f} GFLOP per update"
+        f"\n{args.obs}, {args.model}, batch {args.batch} x {args.length}, {device}, "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"matmul roof {roof / 1e9:.1f} GFLOP/s"
     )
-    print("| mode | updates/s | replayed steps/s | GFLOP/s | vs torchrl_eager |")
-    print("|---|---|---|---|---|")
+    print(
+        "| mode | updates/s | replayed steps/s | GFLOP/update | GFLOP/s | share of roof "
+        "| set-up + warm-up s | vs torchrl_eager |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for name, r in results.items():
         print(
             f"| {name} | {r['updates_per_s']:.3f} | {r['replayed_steps_per_s']:.0f} | "
-            f"{r['flops_per_s'] / 1e9:.1f} | {r['updates_per_s'] / baseline:.2f}x |"
+            f"{r['flops_per_update'] / 1e9:.1f} | {r['flops_per_s'] / 1e9:.1f} | "
+            f"{r['roof_share']:.0%} | {r['setup_s']:.0f} | {r['updates_per_s'] / baseline:.2f}x |"
         )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         payload = {
             "device": str(device),
+            "obs": args.obs,
             "model": args.model,
             "batch": args.batch,
             "length": args.length,
-            "flops_per_update": flops,
+            "threads": torch.get_num_threads(),
+            "roof_flops_per_s": roof,
             "modes": results,
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n")

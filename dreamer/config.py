@@ -146,6 +146,9 @@ class LearnerConfig:
     precision: str = _f("auto", choices=("auto", "bf16", "fp32"))  # auto: bf16 on CUDA
     compile: str = _f("auto", choices=TRISTATE)  # torch.compile the update; auto: on CUDA
     cudagraph: str = _f("auto", choices=TRISTATE)  # CUDA-graph forward/backward; auto: on CUDA
+    # fused: world-model and imagination rollouts as tensor scans (dreamer/agent/fused.py);
+    # torchrl: torchrl's DreamerV3Loss as is. Same losses, same parameters and checkpoints.
+    rollout: str = _f("fused", choices=("fused", "torchrl"))
     lr: float = _f(4e-5, "> 0")
     warmup: int = _f(1000, ">= 0")  # optimizer warm-up updates
     horizon: int = _f(15, ">= 1")  # imagination horizon

@@ -9,6 +9,7 @@ from tensordict import TensorDictBase
 from torchrl.trainers.algorithms import DreamerV3OptimizationStepper, DreamerV3Optimizer
 
 from dreamer.agent.build import Agent
+from dreamer.agent.fused import FusedDreamerV3Loss
 from dreamer.dist import GradientAverager, World
 
 _NON_FINITE = re.compile(r"\b(nan|inf)\b", re.IGNORECASE)
@@ -95,8 +96,11 @@ class Learner:
             average=GradientAverager(world, self._statistics) if world.distributed else None,
         )
         self.modes = learner_modes(learner_cfg, device)
+        # the fused loss computes torchrl's losses from the same modules; self.loss stays
+        # the owner of every parameter and buffer, so checkpoints do not depend on it
+        stepped = FusedDreamerV3Loss(self.loss) if learner_cfg.rollout == "fused" else self.loss
         self.stepper = DreamerV3OptimizationStepper(
-            self.loss,
+            stepped,
             self.optimizer,
             agent.target_updater,
             compile_train_step=self.modes["compile"],

@@ -184,6 +184,7 @@ BAD = [
     (["learner.device=cpu", "learner.cudagraph=true"], "learner.cudagraph"),
     (["learner.compile=maybe"], "learner.compile"),
     (["learner.precision=fp8"], "learner.precision"),
+    (["learner.rollout=scan"], "learner.rollout"),
     (["collector.inference.static_batch=maybe"], "collector.inference.static_batch"),
     (["collector.inference.nope=1"], "collector.inference.nope"),
     (["run.gc_freeze=sometimes"], "run.gc_freeze"),
