@@ -8,6 +8,7 @@ import torch
 from omegaconf import OmegaConf
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
+from dreamer.agent.acting import env_action
 from dreamer.agent.build import build_agent, latent_sizes
 from dreamer.agent.spaces import spaces_from_env
 from dreamer.config import load
@@ -89,3 +90,19 @@ def test_an_infinite_bound_passes_actions_unscaled_with_a_warning():
     note = action_note(env)
     assert note is not None and "unscaled" in note and "\n" not in note
     env.close()
+
+
+def test_the_act_api_gives_the_env_the_actions_the_collector_path_gives(agent_env):
+    """``env_action`` (what ``dreamer.Policy`` and the exported program return) rescales
+    the actor's action exactly as the env side does; an unbounded box stays unscaled."""
+    agent, env = agent_env
+    spaces = spaces_from_env(env)
+    assert spaces.action_low == tuple(LOW) and spaces.action_high == tuple(HIGH)
+    with set_exploration_type(ExplorationType.RANDOM), torch.no_grad():
+        rollout = env.rollout(50, agent.policy, break_when_any_done=False)
+    acted = env_action(rollout["action"], spaces).double().numpy()
+    np.testing.assert_allclose(acted, np.stack(RecordingBox.received), atol=1e-4)
+    unbounded = make_env({"name": "gym", "id": "DreamerTest/UnboundedBox-v0", "length": 0}, 0)
+    action = torch.tensor([3.0, -0.5])
+    assert torch.equal(env_action(action, spaces_from_env(unbounded)), action)
+    unbounded.close()

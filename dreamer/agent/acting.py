@@ -19,14 +19,19 @@ from dreamer.agent.spaces import EnvSpaces
 
 def env_action(action: torch.Tensor, spaces: EnvSpaces) -> torch.Tensor:
     """The actor's action (one-hot, concatenated one-hots, or a box vector) as the env
-    takes it: an index, one index per head, or the vector clipped to the bounds (what the
-    env's ``ClipTransform`` does to the collector's actions)."""
+    takes it: an index, one index per head, or the vector clipped to [-1, 1] and rescaled
+    to the env's bounds per dimension (what ``make_env``'s ``ClipTransform`` and
+    ``ActionScaling`` do to the collector's actions; unscaled for an unbounded box)."""
     if spaces.action_heads:
         parts = action.split([head.size for head in spaces.action_heads], -1)
         return torch.stack([part.argmax(-1) for part in parts], -1)
     if spaces.discrete:
         return action.argmax(-1)
-    return action.clamp(spaces.action_low, spaces.action_high)
+    if not spaces.action_low:
+        return action
+    low = torch.tensor(spaces.action_low, dtype=action.dtype, device=action.device)
+    high = torch.tensor(spaces.action_high, dtype=action.dtype, device=action.device)
+    return low + (action.clamp(-1.0, 1.0) + 1.0) * (high - low) / 2
 
 
 class GreedyActingStep(nn.Module):

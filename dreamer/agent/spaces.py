@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 from torchrl.data import Composite, MultiOneHot, OneHot, TensorSpec
+from torchrl.envs import ActionScaling
 
 from dreamer.agent.masked import Head
 
@@ -38,6 +39,10 @@ class EnvSpaces:
     discrete: bool  # else a box the actor acts in as [-1, 1] per dimension (env rescales)
     # Multi-head discrete actions (MultiOneHot): one Head per head, masks included.
     action_heads: tuple[Head, ...] = ()
+    # The env's own per-dimension bounds that [-1, 1] is rescaled to; empty when the env
+    # takes the actor's actions unscaled (discrete, or a box with an infinite bound).
+    action_low: tuple[float, ...] = ()
+    action_high: tuple[float, ...] = ()
 
     @property
     def image_keys(self) -> tuple[ObsKey, ...]:
@@ -78,7 +83,12 @@ def spaces_from_env(env) -> EnvSpaces:
     says how its heads relate through an ``action_heads`` attribute."""
     adapter = getattr(env.base_env, "_env", None)
     heads = getattr(getattr(adapter, "unwrapped", adapter), "action_heads", None)
-    return spaces_from_specs(env.observation_spec, env.full_action_spec["action"], heads)
+    spaces = spaces_from_specs(env.observation_spec, env.full_action_spec["action"], heads)
+    if any(isinstance(transform, ActionScaling) for transform in env.transform):
+        space = env.base_env.full_action_spec["action"].space
+        low, high = tuple(space.low.tolist()), tuple(space.high.tolist())
+        spaces = dataclasses.replace(spaces, action_low=low, action_high=high)
+    return spaces
 
 
 def spaces_from_specs(
@@ -123,6 +133,8 @@ def spaces_from_dict(data: dict) -> EnvSpaces:
         data["action_dim"],
         data["discrete"],
         heads,
+        tuple(data.get("action_low", ())),
+        tuple(data.get("action_high", ())),
     )
 
 
@@ -136,7 +148,7 @@ def layout_difference(before: EnvSpaces, after: EnvSpaces) -> str | None:
         other = new[name]
         if (key.shape, key.kind) != (other.shape, other.kind):
             return f"observation {name!r}: {key.kind} {key.shape} vs {other.kind} {other.shape}"
-    for field in ("discrete", "action_dim", "action_heads"):
+    for field in ("discrete", "action_dim", "action_heads", "action_low", "action_high"):
         if getattr(before, field) != getattr(after, field):
             return f"action {field}: {getattr(before, field)} vs {getattr(after, field)}"
     return None
