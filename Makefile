@@ -27,7 +27,7 @@ smoke: $(STAMP)
 # MuJoCo's CPU renderer (env=dmc vision) needs Debian's libosmesa6
 osmesa:
 	@ldconfig -p | grep -q libOSMesa || { command -v apt-get >/dev/null && \
-		apt-get install -y -qq libosmesa6 >/dev/null || echo "install libosmesa6 for env=dmc vision"; }
+		{ apt-get update -qq && apt-get install -y -qq libosmesa6; } >/dev/null || echo "install libosmesa6 for env=dmc vision"; }
 
 test: $(STAMP) osmesa
 	# two workers, one test file each at a time (module fixtures, e.g. the SLURM cluster)
