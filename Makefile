@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install train smoke test lint bench-learning gpu-wheels gpu-check-dry clean
+.PHONY: install train smoke test lint bench-learning gpu-wheels gpu-check-dry clean osmesa
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -24,7 +24,12 @@ train: $(STAMP)
 smoke: $(STAMP)
 	$(PY) -m dreamer.train experiment=smoke $(ARGS)
 
-test: $(STAMP)
+# MuJoCo's CPU renderer (env=dmc vision) needs Debian's libosmesa6
+osmesa:
+	@ldconfig -p | grep -q libOSMesa || { command -v apt-get >/dev/null && \
+		{ apt-get update -qq && apt-get install -y -qq libosmesa6; } >/dev/null || echo "install libosmesa6 for env=dmc vision"; }
+
+test: $(STAMP) osmesa
 	# two workers, one test file each at a time (module fixtures, e.g. the SLURM cluster)
 	$(PY) -m pytest -q -n 2 --dist loadfile $(ARGS)
 
