@@ -194,9 +194,10 @@ def main() -> int:
         spaces = vector_spaces()
         batch = synthetic_batch(spaces, cfg.model, args.batch, args.length)
 
-    def agent():
+    def agent(learner_cfg=cfg.learner):
+        """Fresh weights (seed 0); ``learner_cfg`` matters: imag_starts is built in."""
         torch.manual_seed(0)
-        return build_agent(cfg.model, cfg.learner, spaces)
+        return build_agent(cfg.model, learner_cfg, spaces)
 
     def count_flops(make) -> int:
         with FlopCount() as counter:
@@ -216,7 +217,9 @@ def main() -> int:
                 counted[flop_key] = count_flops(lambda: TorchrlStepper(agent(), cfg, device))
         else:
             mode_cfg = load(base + overrides)
-            make = lambda mode_cfg=mode_cfg: Learner(agent(), mode_cfg.learner, device)  # noqa: E731
+            make = lambda mode_cfg=mode_cfg: Learner(  # noqa: E731
+                agent(mode_cfg.learner), mode_cfg.learner, device
+            )
             eager = eager_overrides(overrides)
             flop_key = tuple(eager)
             if flop_key not in counted:
@@ -224,7 +227,7 @@ def main() -> int:
                     base + eager + ["learner.compile=false", "learner.cudagraph=false"]
                 )
                 counted[flop_key] = count_flops(
-                    lambda c=eager_cfg: Learner(agent(), c.learner, device)
+                    lambda c=eager_cfg: Learner(agent(c.learner), c.learner, device)
                 )
         flops[name] = counted[flop_key]
         started = time.perf_counter()
