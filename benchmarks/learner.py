@@ -12,7 +12,7 @@ Modes, each on a fresh agent with the same weights and the same batch:
   torchrl_compiled         the same with the stepper's own torch.compile (on request:
                            minutes of compiling on a CPU)
   fused                    the project's learner as configured for this device
-                           (learner.rollout=fused, compile/cudagraph/precision = auto)
+                           (learner.rollout=fused; compile/cudagraph/precision = auto)
   torchrl_rollout          the project's learner with learner.rollout=torchrl
   fewer_starts             CPU: fused, imagining from a quarter of the replayed states
                            (learner.imag_starts = batch x length / 4, a DreamerV3 option)
@@ -107,7 +107,7 @@ TORCHRL = {  # mode -> (compiled, fast)
 
 def modes(device: torch.device, starts: int) -> dict[str, list[str] | None]:
     """Mode name -> learner overrides (None: torchrl's own stepper)."""
-    common = {"torchrl_eager": None, "torchrl_compiled": None, "fused": []}
+    common = {"torchrl_eager": None, "torchrl_compiled": None, "fused": ["learner.rollout=fused"]}
     common["torchrl_rollout"] = ["learner.rollout=torchrl"]
     if device.type == "cuda":
         return {

@@ -148,7 +148,8 @@ class LearnerConfig:
     cudagraph: str = _f("auto", choices=TRISTATE)  # CUDA-graph forward/backward; auto: on CUDA
     # fused: world-model and imagination rollouts as tensor scans (dreamer/agent/fused.py);
     # torchrl: torchrl's DreamerV3Loss as is. Same losses, same parameters and checkpoints.
-    rollout: str = _f("fused", choices=("fused", "torchrl"))
+    # auto: fused unless the update is compiled (compiling the fused loops is unmeasured)
+    rollout: str = _f("auto", choices=("auto", "fused", "torchrl"))
     lr: float = _f(4e-5, "> 0")
     warmup: int = _f(1000, ">= 0")  # optimizer warm-up updates
     horizon: int = _f(15, ">= 1")  # imagination horizon
