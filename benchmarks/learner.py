@@ -48,6 +48,8 @@ from torchrl.trainers.algorithms import DreamerV3OptimizationStepper, DreamerV3O
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from matmul_roof import roof  # noqa: E402  (this script's folder)
+
 from dreamer.agent.build import build_agent  # noqa: E402
 from dreamer.agent.spaces import EnvSpaces, ObsKey  # noqa: E402
 from dreamer.config import load  # noqa: E402
@@ -136,22 +138,9 @@ def eager_overrides(overrides: list[str]) -> list[str]:
     return [o for o in overrides if not o.startswith(("learner.compile", "learner.cudagraph"))]
 
 
-def matmul_roof(device: torch.device, size: int = 2048, repeats: int = 10) -> float:
+def matmul_roof(device: torch.device, size: int = 2048) -> float:
     """FLOP/s of a large fp32 matmul on ``device``: the best of a few timed rounds."""
-    a = torch.randn(size, size, device=device)
-    b = torch.randn(size, size, device=device)
-    best = float("inf")
-    for _ in range(3):
-        a @ b
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        started = time.perf_counter()
-        for _ in range(repeats):
-            a @ b
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - started) / repeats)
-    return 2 * size**3 / best
+    return max(roof(size, device, torch.float32) for _ in range(3))
 
 
 def solo_seconds(learner, batch, updates: int = 3) -> float:
