@@ -98,10 +98,10 @@ class Learner:
         self.modes = learner_modes(learner_cfg, device)
         # the fused loss computes torchrl's losses from the same modules; self.loss stays
         # the owner of every parameter and buffer, so checkpoints do not depend on it
-        fused = learner_cfg.rollout == "fused" or (
+        self.fused = learner_cfg.rollout == "fused" or (
             learner_cfg.rollout == "auto" and not self.modes["compile"]
         )
-        stepped = FusedDreamerV3Loss(self.loss) if fused else self.loss
+        stepped = FusedDreamerV3Loss(self.loss) if self.fused else self.loss
         self.stepper = DreamerV3OptimizationStepper(
             stepped,
             self.optimizer,

@@ -318,7 +318,8 @@ def test_a_tracker_whose_extra_is_missing_exits_2_naming_the_extra(tracker, tmp_
 def test_help():
     proc = cli("--help")
     assert proc.returncode == 0
-    assert "cartpole | crafter | cue | gym" in proc.stdout and "size12m" in proc.stdout
+    assert "atari | cartpole | crafter | cue | dmc | gym" in proc.stdout
+    assert "size12m" in proc.stdout
     assert "smoke" in proc.stdout and "train_ratio" in proc.stdout
 
 

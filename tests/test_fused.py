@@ -114,13 +114,14 @@ def test_a_torchrl_rollout_checkpoint_resumes_under_fused():
     written.update(batch.clone())
     saved = written.state_dict()
     fused_cfg = load(base)
-    assert fused_cfg.learner.rollout == "fused"
+    assert fused_cfg.learner.rollout == "auto"  # the default: fused on the CPU
     torch.manual_seed(1)
     resumed = Learner(
         build_agent(fused_cfg.model, fused_cfg.learner, spaces),
         fused_cfg.learner,
         torch.device("cpu"),
     )
+    assert resumed.fused and not written.fused
     assert resumed.state_dict()["loss"].keys() == saved["loss"].keys()
     resumed.load_state_dict(saved)
     torch.manual_seed(5)
