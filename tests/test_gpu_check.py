@@ -54,7 +54,7 @@ def test_dry_run_passes_and_fits_the_limits(wheels, tmp_path):
     )
     assert report["dry_run"] and report["device"].startswith("cpu")
     modes = report["learner"]["tiny/2x8"]["modes"]
-    assert set(modes) == {"torchrl_eager", "ours"}
+    assert set(modes) == {"torchrl_eager", "fused"}
     assert all(mode["updates_per_s"] > 0 and mode["tflops"] > 0 for mode in modes.values())
     assert report["trainer"]["updates"] >= 10 and report["trainer"]["loss_finite"]
     assert report["collect"]["crafter"]["chunk64"] > 0
