@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install train smoke test lint bench-learning gpu-wheels gpu-check-dry clean osmesa
+.PHONY: install train smoke test test-fast lint bench-learning gpu-wheels gpu-check-dry clean osmesa
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -30,8 +30,13 @@ osmesa:
 		{ apt-get update -qq && apt-get install -y -qq libosmesa6; } >/dev/null || echo "install libosmesa6 for env=dmc vision"; }
 
 test: $(STAMP) osmesa
-	# two workers, one test file each at a time (module fixtures, e.g. the SLURM cluster)
-	$(PY) -m pytest -q -n 2 --dist loadfile $(ARGS)
+	# two workers; the tests of a file that shares a module fixture (a trained run, the
+	# SLURM cluster) stay on one worker through their xdist_group (tests/conftest.py)
+	$(PY) -m pytest -q -n 2 --dist loadgroup $(ARGS)
+
+# the inner loop: everything but the slow, SLURM and torchrun tests
+test-fast: $(STAMP) osmesa
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not slow and not slurm and not distributed" $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check dreamer tests benchmarks

@@ -75,7 +75,7 @@ if ((DRY)); then
     $VENV_PY benchmarks/gpu_wheels.py install --site "$WORK/site" || exit 1
   fi
   LEARNER_SHAPES=("tiny 2 8 1")
-  LEARNER_MODES=(--modes torchrl_eager fused)
+  LEARNER_MODES=(--modes torchrl_eager fused --roof-size 256)  # a 2048 roof takes ~20 s here
   ROOF=(--size 256)
   TRAIN=(model=tiny run.envs=2 replay.batch=2 replay.length=8 run.train_ratio=16
     run.train_starts=64 run.steps=84 replay.size=1000 collector.chunk=4 learner.device=cpu

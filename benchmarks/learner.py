@@ -167,6 +167,7 @@ def main() -> int:
     parser.add_argument("--updates", type=int, default=0, help="timed; 0: 5 on CPU, 30 on CUDA")
     parser.add_argument("--modes", nargs="+", help="default: every mode but compiled ones")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--roof-size", type=int, default=2048, help="the roof's matmul size")
     args = parser.parse_args()
     device = World().device("auto")
     chosen = args.modes or default_modes(device)
@@ -193,7 +194,7 @@ def main() -> int:
             make().update(batch)
         return counter.total
 
-    roof_before = matmul_roof(device)
+    roof_before = matmul_roof(device, args.roof_size)
     all_modes = modes(device, args.batch * args.length // 4)
     learners, setup, flops = {}, {}, {}
     counted: dict[tuple, int] = {}
@@ -240,7 +241,7 @@ def main() -> int:
             if device.type == "cuda":
                 torch.cuda.synchronize()
             times[name].append(time.perf_counter() - started)
-    roof = max(roof_before, matmul_roof(device))
+    roof = max(roof_before, matmul_roof(device, args.roof_size))
 
     results = {}
     for name, samples in times.items():

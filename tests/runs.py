@@ -1,16 +1,24 @@
-"""Running the real trainer from tests, and reading what it wrote."""
+"""The real trainer from tests: start it, watch it, kill it, read what it wrote. The one
+set of process helpers for the run, kill, death and resume tests."""
+
+from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
 
-def run_trainer(
-    logdir: Path, *overrides: str, timeout: float = 600, preexec_fn=None
-) -> subprocess.CompletedProcess:
-    """``python -m dreamer.train`` in a subprocess, without the progress bar."""
-    command = [
+
+def trainer_command(logdir: Path, *overrides: str) -> list[str]:
+    """``python -m dreamer.train`` with ``overrides``, writing to ``logdir``, no progress bar."""
+    return [
         sys.executable,
         "-m",
         "dreamer.train",
@@ -18,14 +26,123 @@ def run_trainer(
         f"run.logdir={logdir}",
         "run.progress=false",
     ]
+
+
+def run_trainer(
+    logdir: Path, *overrides: str, timeout: float = 600, preexec_fn=None
+) -> subprocess.CompletedProcess:
+    """The trainer run to its end; its output captured."""
     return subprocess.run(
-        command, capture_output=True, text=True, timeout=timeout, preexec_fn=preexec_fn
+        trainer_command(logdir, *overrides),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=preexec_fn,
     )
 
 
-def read_metrics(logdir: Path, which: str = "train") -> list[dict]:
-    """metrics.jsonl's training rows, its evaluation rows (``which="eval"``) or all."""
-    rows = [json.loads(line) for line in (logdir / "metrics.jsonl").read_text().splitlines()]
+def wait_until(
+    condition: Callable[[], object],
+    what: str,
+    timeout: float = 300,
+    running: Trainer | None = None,
+    interval: float = 0.2,
+):
+    """Poll ``condition`` until it is truthy (returned); fails past ``timeout`` or when
+    the ``running`` trainer exits first, with the end of its log."""
+    deadline = time.monotonic() + timeout
+    while not (found := condition()):
+        if running is not None:
+            assert running.process.poll() is None, f"exited before {what}:\n{running.tail()}"
+        tail = running.tail() if running is not None else ""
+        assert time.monotonic() < deadline, f"no {what} in {timeout} s\n{tail}"
+        time.sleep(interval)
+    return found
+
+
+class Trainer:
+    """The trainer in the background, stdout and stderr in one log file.
+
+    ``session``: in a session (and process group) of its own; ``ignore_usr1``: USR1
+    ignored, as slurm/node.sh starts it; ``env``: extra environment variables."""
+
+    def __init__(
+        self,
+        logdir: Path,
+        *overrides: str,
+        log: Path,
+        session: bool = False,
+        ignore_usr1: bool = False,
+        env: dict[str, str] | None = None,
+    ):
+        self.logdir, self.log = logdir, log
+        with log.open("w") as output:
+            self.process = subprocess.Popen(
+                trainer_command(logdir, *overrides),
+                cwd=ROOT,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=session,
+                env={**os.environ, **env} if env else None,
+                preexec_fn=(lambda: signal.signal(signal.SIGUSR1, signal.SIG_IGN))
+                if ignore_usr1
+                else None,
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def text(self) -> str:
+        return self.log.read_text()
+
+    def tail(self, characters: int = 4000) -> str:
+        return self.text()[-characters:]
+
+    def wait_for(self, pattern: str, count: int = 1, timeout: float = 300) -> str:
+        """The ``count``-th match of ``pattern`` in the log (its first group, if any)."""
+        found = wait_until(
+            lambda: re.findall(pattern, self.text())[count - 1 : count] or None,
+            repr(pattern),
+            timeout,
+            self,
+        )
+        return found[0]
+
+    def wait_rows(self, count: int = 1, past: int = -1, timeout: float = 300) -> list[dict]:
+        """Its training rows once ``count`` of them lie past env step ``past``."""
+
+        def enough() -> list[dict] | None:
+            rows = read_metrics(self.logdir, live=True)
+            return rows if sum(row["env_steps"] > past for row in rows) >= count else None
+
+        return wait_until(enough, f"{count} metrics rows past env step {past}", timeout, self)
+
+    def kill(self) -> set[int]:
+        """SIGKILL the trainer alone (its children are left to notice); returns them."""
+        children = descendants(self.pid)
+        os.kill(self.pid, signal.SIGKILL)
+        return children
+
+    def wait(self, timeout: float = 600) -> int:
+        """Its exit code (a negative signal number if a signal ended it)."""
+        return self.process.wait(timeout)
+
+
+def read_metrics(logdir: Path, which: str = "train", live: bool = False) -> list[dict]:
+    """metrics.jsonl's training rows, its evaluation rows (``which="eval"``) or all.
+    ``live``: the run may still be writing (no file yet, a last line half written)."""
+    path = logdir / "metrics.jsonl"
+    if live and not path.exists():
+        return []
+    lines = path.read_text().splitlines()
+    rows = []
+    for number, line in enumerate(lines, 1):
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            if not (live and number == len(lines)):
+                raise
     if which == "all":
         return rows
     return [row for row in rows if ("eval/return" in row) == (which == "eval")]
@@ -52,3 +169,12 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return status.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def all_gone(pids: Iterable[int], timeout: float = 30) -> list[int]:
+    """Waits up to ``timeout`` for ``pids`` to exit; those still alive after it."""
+    pids = list(pids)
+    deadline = time.monotonic() + timeout
+    while (left := [pid for pid in pids if alive(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left

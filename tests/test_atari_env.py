@@ -85,6 +85,7 @@ def test_resize_and_gray_follow_the_official_pillow_and_luma():
     np.testing.assert_array_equal(obs["image"][..., 0], expected)
 
 
+@pytest.mark.slow
 def test_atari100k_preset_smoke_run(tmp_path):
     logdir = tmp_path / "run"
     result = run_trainer(

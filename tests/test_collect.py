@@ -78,6 +78,7 @@ def chunked():
     return {chunk: received(chunk) for chunk in (1, 64)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chunk", [1, 64])
 def test_each_worker_stream_arrives_whole_and_in_order(chunked, chunk):
     streams = chunked[chunk]
@@ -88,6 +89,7 @@ def test_each_worker_stream_arrives_whole_and_in_order(chunked, chunk):
         assert stream == expected(seed, len(stream)), f"worker {index} (chunk {chunk})"
 
 
+@pytest.mark.slow
 def test_chunk_1_and_chunk_64_deliver_the_same_transitions(chunked):
     for index in range(ENVS):
         common = min(len(chunked[1][index]), len(chunked[64][index]))
@@ -95,6 +97,7 @@ def test_chunk_1_and_chunk_64_deliver_the_same_transitions(chunked):
         assert sorted(chunked[1][index][:common]) == sorted(chunked[64][index][:common])
 
 
+@pytest.mark.slow
 def test_grouped_workers_deliver_every_stream_in_order():
     streams = received(64, envs_per_worker=2)
     for index, seed in enumerate(env_seeds(0, 0, ENVS)):

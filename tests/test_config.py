@@ -11,13 +11,11 @@ import torch
 import yaml
 from omegaconf import OmegaConf
 
-from dreamer.config import ConfigError, load, resolved_logdir
+from dreamer.config import CONF_DIR, ConfigError, load, resolved_logdir
 
 SECTIONS = {"env", "model", "run", "replay", "collector", "learner", "eval", "logger"}
-CLI = "import sys; from dreamer.config import from_argv; from_argv(sys.argv[1:])"
-
-# deter, hidden, classes, cnn_depth, units (DreamerV3 author's configs.yaml)
-MODEL_DIMS = {
+# deter, hidden, classes, cnn_depth, units: the DreamerV3 author's configs.yaml
+AUTHOR_SIZES = {
     "size1m": (512, 64, 4, 4, 64),
     "size12m": (2048, 256, 16, 16, 256),
     "size25m": (3072, 384, 24, 24, 384),
@@ -25,7 +23,6 @@ MODEL_DIMS = {
     "size100m": (6144, 768, 48, 48, 768),
     "size200m": (8192, 1024, 64, 64, 1024),
     "size400m": (12288, 1536, 96, 96, 1536),
-    "tiny": (64, 32, 4, 4, 32),
 }
 
 
@@ -34,32 +31,17 @@ def dims(cfg):
     return (m.deter, m.hidden, m.classes, m.cnn_depth, m.units)
 
 
-def cli(*args, cwd=None):
-    return subprocess.run(
-        [sys.executable, "-c", CLI, *args], capture_output=True, text=True, cwd=cwd, timeout=120
-    )
-
-
-def test_defaults():
+def test_defaults_follow_the_dreamerv3_recipe():
+    """The author's recipe (shared/CONTEXT.md): size12m, 16 x 64 batches, train ratio
+    512 on Crafter, horizon 15, 255 bins, LaProp lr 4e-5, slow critic 0.02."""
     cfg = load([])
     assert set(cfg) == SECTIONS
-    env = OmegaConf.to_container(cfg.env)
-    assert {k: env[k] for k in ("name", "id", "size", "cues", "length", "reward_scale")} == {
-        "name": "crafter",
-        "id": "crafter",
-        "size": 64,
-        "cues": 4,
-        "length": 10000,
-        "reward_scale": 1.0,
-    }
-    assert cfg.model.name == "size12m" and dims(cfg) == MODEL_DIMS["size12m"]
-    assert (cfg.model.stoch, cfg.model.layers, cfg.model.blocks, cfg.model.bins) == (32, 2, 8, 255)
-    assert cfg.run.steps == 1_000_000 and cfg.run.envs == 4 and cfg.run.train_ratio == 512.0
-    assert cfg.run.progress is True and cfg.run.save_every == 900.0
-    assert (cfg.replay.size, cfg.replay.batch, cfg.replay.length) == (1_000_000, 16, 64)
-    assert (cfg.collector.chunk, cfg.collector.sync_every, cfg.collector.threads) == (64, 10, 1)
-    assert cfg.learner.device == "auto" and cfg.learner.lr == 4e-5 and cfg.learner.horizon == 15
-    assert cfg.learner.slow_critic == 0.02 and cfg.learner.imag_starts == 0
+    assert cfg.env.name == "crafter" and cfg.model.name == "size12m"
+    assert dims(cfg) == AUTHOR_SIZES["size12m"]
+    assert (cfg.model.stoch, cfg.model.blocks, cfg.model.bins) == (32, 8, 255)
+    assert (cfg.replay.batch, cfg.replay.length, cfg.run.train_ratio) == (16, 64, 512)
+    assert cfg.learner.lr == 4e-5 and cfg.learner.horizon == 15
+    assert cfg.learner.slow_critic == 0.02
 
 
 def test_result_is_read_only_and_struct():
@@ -70,26 +52,40 @@ def test_result_is_read_only_and_struct():
         _ = cfg.run.bogus
 
 
-@pytest.mark.parametrize("name", sorted(MODEL_DIMS))
-def test_model_presets(name):
+@pytest.mark.parametrize("name", sorted(AUTHOR_SIZES))
+def test_model_presets_are_the_authors_sizes(name):
     cfg = load([f"model={name}"])
-    assert cfg.model.name == name and dims(cfg) == MODEL_DIMS[name]
+    assert cfg.model.name == name and dims(cfg) == AUTHOR_SIZES[name]
     assert cfg.model.deter % cfg.model.blocks == 0 and cfg.model.hidden % cfg.model.blocks == 0
 
 
-def test_tiny_overrides_schema_defaults():
-    m = load(["model=tiny"]).model
-    assert (m.stoch, m.layers, m.blocks) == (4, 1, 4)
+def preset_values(tree: dict, prefix: str = ""):
+    for key, value in tree.items():
+        if key != "defaults":
+            if isinstance(value, dict):
+                yield from preset_values(value, f"{prefix}{key}.")
+            else:
+                yield f"{prefix}{key}", value
 
 
-def test_smoke_experiment():
-    cfg = load(["experiment=smoke"])
-    assert cfg.model.name == "tiny" and cfg.env.name == "crafter"
-    assert (cfg.run.steps, cfg.run.envs, cfg.run.train_ratio) == (2000, 2, 16.0)
-    assert (cfg.run.train_starts, cfg.run.log_every) == (500, 250)
-    assert (cfg.replay.size, cfg.replay.batch, cfg.replay.length) == (20000, 4, 16)
-    assert (cfg.learner.warmup, cfg.learner.horizon, cfg.learner.imag_starts) == (0, 8, 64)
-    assert (cfg.collector.chunk, cfg.collector.sync_every) == (16, 5)
+PRESETS = sorted(
+    (group, path.stem)
+    for group in ("model", "experiment")
+    for path in (CONF_DIR / group).glob("*.yaml")
+)
+
+
+@pytest.mark.parametrize(("group", "name"), PRESETS, ids=[f"{g}={n}" for g, n in PRESETS])
+def test_every_value_a_preset_sets_reaches_the_loaded_config(group, name):
+    """Each key a preset file sets beats the schema's default and the base config's
+    (a model preset sits at model.*, an experiment at the root)."""
+    preset = OmegaConf.to_container(OmegaConf.load(CONF_DIR / group / f"{name}.yaml"))
+    cfg = load([f"{group}={name}"], machine=False)  # some presets need a GPU to run
+    prefix = "model." if group == "model" else ""
+    values = dict(preset_values(preset, prefix))
+    assert values
+    for key, value in values.items():
+        assert OmegaConf.select(cfg, key) == value, key
 
 
 @pytest.mark.parametrize("order", [0, 1])
@@ -210,52 +206,81 @@ BAD = [
 ]
 
 
-# Each BAD command line in a process of its own, forked from one interpreter that paid
-# the imports once (70 interpreters at once starve 2 cores past any sane timeout).
+# Every command line below in a process of its own, forked from one interpreter that
+# paid the imports once (70 interpreters at once starve 2 cores past any sane timeout;
+# one after another they cost minutes). A row: (arguments, modules hidden as if not
+# installed).
 FORKED_CLI = """
 import json, os, sys
-import gymnasium, torch  # what validation imports, loaded once before the forks
-from dreamer.config import from_argv
+from dreamer.config import from_argv, load
+load([])  # what validation imports, loaded once before the forks
+for module in ("dreamer.envs.dmc", "dreamer.envs.atari"):
+    try:
+        __import__(module)
+    except ImportError:
+        pass
 out = sys.argv[1]
-for i, row in enumerate(json.loads(sys.argv[2])):
+for i, (argv, hidden) in enumerate(json.loads(sys.argv[2])):
     pid = os.fork()
     if pid == 0:
-        os.dup2(os.open(os.path.join(out, f"{i}.err"), os.O_WRONLY | os.O_CREAT), 2)
+        for name, fd in (("out", 1), ("err", 2)):
+            os.dup2(os.open(os.path.join(out, f"{i}.{name}"), os.O_WRONLY | os.O_CREAT), fd)
+        for name in hidden:
+            sys.modules[name] = None
         code = 0
         try:
-            from_argv(row)
+            from_argv(argv)
         except SystemExit as stop:
             code = stop.code if isinstance(stop.code, int) else 1
         except BaseException:
             import traceback
             traceback.print_exc()
             code = 1
+        sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
     _, status = os.waitpid(pid, 0)
     with open(os.path.join(out, f"{i}.rc"), "w") as rc:
         rc.write(str(os.waitstatus_to_exitcode(status)))
 """
+CFG_FLAGS = [["--cfg", "job"], ["--cfg=job"], ["-c", "job"]]
+EXTRAS = [("dmc", "dm_control"), ("atari", "ale_py")]
+TRACKERS = ["wandb", "mlflow"]
+GOOD = [
+    *(([*flag, "experiment=smoke", "env=cartpole"], []) for flag in CFG_FLAGS),
+    *(([f"env={env}"], [package]) for env, package in EXTRAS),
+    *(([f"logger=[jsonl,{tracker}]"], [tracker]) for tracker in TRACKERS),
+    (["--help"], []),
+]
 
 
 @pytest.fixture(scope="module")
-def bad_runs(tmp_path_factory):
-    """Run every BAD command line as a real process of its own."""
+def cli_runs(tmp_path_factory):
+    """Every BAD and GOOD command line as a real process of its own: (the directory it
+    ran in, {(arguments, hidden): (stdout, stderr, exit code)})."""
     cwd, out = tmp_path_factory.mktemp("cwd"), tmp_path_factory.mktemp("out")
-    rows = json.dumps([o for o, _ in BAD])
-    subprocess.run([sys.executable, "-c", FORKED_CLI, str(out), rows], cwd=cwd, timeout=300)
+    rows = [(o, []) for o, _ in BAD] + GOOD
+    subprocess.run(
+        [sys.executable, "-c", FORKED_CLI, str(out), json.dumps(rows)], cwd=cwd, timeout=300
+    )
     results = {}
-    for i, (o, _) in enumerate(BAD):
+    for i, (argv, hidden) in enumerate(rows):
         rc = out / f"{i}.rc"
         code = int(rc.read_text()) if rc.exists() else None
-        results[tuple(o)] = ("", (out / f"{i}.err").read_text(), code)
+        texts = [(out / f"{i}.{name}").read_text() for name in ("out", "err")]
+        results[tuple(argv), tuple(hidden)] = (*texts, code)
     return cwd, results
 
 
+def cli(runs, *argv: str, hidden: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    stdout, stderr, code = runs[1][argv, hidden]
+    return subprocess.CompletedProcess(argv, code, stdout, stderr)
+
+
 @pytest.mark.parametrize(("overrides", "key"), BAD, ids=[" ".join(o) for o, _ in BAD])
-def test_bad_override_exits_2_with_one_line(overrides, key, bad_runs):
-    cwd, results = bad_runs
-    _, stderr, returncode = results[tuple(overrides)]
+def test_bad_override_exits_2_with_one_line(overrides, key, cli_runs):
+    cwd, results = cli_runs
+    _, stderr, returncode = results[tuple(overrides), ()]
     assert returncode == 2, stderr
     assert "Traceback" not in stderr
     lines = stderr.splitlines()
@@ -264,15 +289,9 @@ def test_bad_override_exits_2_with_one_line(overrides, key, bad_runs):
     assert not (cwd / "runs").exists()  # validation creates nothing
 
 
-@pytest.mark.parametrize(("env", "package"), [("dmc", "dm_control"), ("atari", "ale_py")])
-def test_missing_extra_exits_2_with_the_pip_command(env, package):
-    hidden = f"import sys; sys.modules[{package!r}] = None; "  # as if not installed
-    result = subprocess.run(
-        [sys.executable, "-c", hidden + CLI, f"env={env}"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+@pytest.mark.parametrize(("env", "package"), EXTRAS)
+def test_missing_extra_exits_2_with_the_pip_command(env, package, cli_runs):
+    result = cli(cli_runs, f"env={env}", hidden=(package,))
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         f"error: env: {env} needs {package}; install it with pip install -e '.[{env}]'"
@@ -290,33 +309,28 @@ def test_gym_kwargs_reach_the_config_whole():
     assert dict(cfg.env.kwargs) == {"max_episode_steps": 7, "sutton_barto_reward": True}
 
 
-@pytest.mark.parametrize("flag", [["--cfg", "job"], ["--cfg=job"], ["-c", "job"]])
-def test_cfg_job_prints_yaml(flag, tmp_path):
-    proc = cli(*flag, "experiment=smoke", "env=cartpole", cwd=tmp_path)
+@pytest.mark.parametrize("flag", CFG_FLAGS, ids=" ".join)
+def test_cfg_job_prints_yaml(flag, cli_runs):
+    proc = cli(cli_runs, *flag, "experiment=smoke", "env=cartpole")
     assert proc.returncode == 0, proc.stderr
-    cfg = yaml.safe_load(proc.stdout)
-    assert isinstance(cfg, dict) and set(cfg) == SECTIONS
-    assert cfg["env"]["name"] == "cartpole" and cfg["run"]["steps"] == 2000
-    assert cfg["run"]["logdir"].startswith("runs/cartpole/")
+    printed = yaml.safe_load(proc.stdout)
+    assert printed["run"].pop("logdir").startswith("runs/cartpole/")
+    loaded = OmegaConf.to_container(load(["experiment=smoke", "env=cartpole"]))
+    del loaded["run"]["logdir"]
+    assert printed == loaded  # what the command line runs is what load() gives
 
 
-@pytest.mark.parametrize("tracker", ["wandb", "mlflow"])
-def test_a_tracker_whose_extra_is_missing_exits_2_naming_the_extra(tracker, tmp_path):
-    blocked = f"import sys; sys.modules[{tracker!r}] = None; " + CLI  # as if not installed
-    proc = subprocess.run(
-        [sys.executable, "-c", blocked, f"logger=[jsonl,{tracker}]"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-    )
+@pytest.mark.parametrize("tracker", TRACKERS)
+def test_a_tracker_whose_extra_is_missing_exits_2_naming_the_extra(tracker, cli_runs):
+    proc = cli(cli_runs, f"logger=[jsonl,{tracker}]", hidden=(tracker,))
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
         f"error: logger: {tracker} is not installed; install it with pip install -e '.[{tracker}]'"
     )
 
 
-def test_help():
-    proc = cli("--help")
+def test_help(cli_runs):
+    proc = cli(cli_runs, "--help")
     assert proc.returncode == 0
     assert "atari | cartpole | crafter | cue | dmc | gym" in proc.stdout
     assert "size12m" in proc.stdout

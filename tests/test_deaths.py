@@ -9,18 +9,16 @@ deaths: tests/test_failures.py; the driver's: tests/test_kill.py."""
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from dreamer import checkpoint
 from dreamer.render import RenderPool, draw
-from tests.runs import alive, descendants, read_metrics
+from tests.runs import Trainer, alive, descendants, read_metrics
 
-ROOT = Path(__file__).resolve().parent.parent
 STEPS = 1500  # more than it takes: the run is stopped by USR1
 EVERY = 300
 RUN = [
@@ -36,7 +34,7 @@ RUN = [
     "eval.episodes=1",
     "eval.max_steps=100",
     "eval.render_workers=1",
-    "run.progress=false",
+    f"run.steps={STEPS}",
 ]
 
 
@@ -70,38 +68,11 @@ def ignores_usr1(pid: int) -> bool:
     return bool((int(fields["SigIgn"], 16) | int(fields["SigBlk"], 16)) & bit)
 
 
-class Run:
-    """The trainer in a session of its own, USR1 ignored as slurm/node.sh does."""
-
-    def __init__(self, logdir: Path, log: Path):
-        self.log = log
-        command = [sys.executable, "-m", "dreamer.train", *RUN, f"run.steps={STEPS}"]
-        self.process = subprocess.Popen(
-            [*command, f"run.logdir={logdir}"],
-            cwd=ROOT,
-            stdout=log.open("w"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=lambda: signal.signal(signal.SIGUSR1, signal.SIG_IGN),
-        )
-        self.started = time.monotonic()
-
-    def text(self) -> str:
-        return self.log.read_text()
-
-    def wait_for(self, pattern: str, count: int = 1, timeout: float = 300) -> str:
-        """The ``count``-th match of ``pattern`` in the log (its first group)."""
-        deadline = time.monotonic() + timeout
-        while len(found := re.findall(pattern, self.text())) < count:
-            assert self.process.poll() is None, self.text()[-4000:]
-            assert time.monotonic() < deadline, f"no {pattern!r}:\n{self.text()[-4000:]}"
-            time.sleep(0.2)
-        return found[count - 1]
-
-
+@pytest.mark.slow
 def test_children_die_and_starve_and_the_run_goes_on(tmp_path):
     logdir = tmp_path / "run"
-    run = Run(logdir, tmp_path / "run.log")
+    # in a session of its own, USR1 ignored, as slurm/node.sh starts it
+    run = Trainer(logdir, *RUN, log=tmp_path / "run.log", session=True, ignore_usr1=True)
     # a render worker (started with the run), killed: a new pool
     os.kill(int(run.wait_for(r"render worker pids: (\d+)")), signal.SIGKILL)
     # the inference server, killed: a new collector with a new server
@@ -116,7 +87,7 @@ def test_children_die_and_starve_and_the_run_goes_on(tmp_path):
         os.kill(server, signal.SIGSTOP)
         time.sleep(6)
         os.kill(server, signal.SIGCONT)
-        version_at_resume = read_metrics(logdir)[-1]["policy_version"]
+        version_at_resume = read_metrics(logdir, live=True)[-1]["policy_version"]
         if "weight push: Timed out" in run.text():
             break
         time.sleep(2)
@@ -129,10 +100,10 @@ def test_children_die_and_starve_and_the_run_goes_on(tmp_path):
     # every replacement in place: each child ignores (or blocks) USR1 as the launcher
     # made the run ignore it, and a preemption reaching every process of the session
     # stops the run with a checkpoint and kills none of them
-    replaced = descendants(run.process.pid)
+    replaced = descendants(run.pid)
     assert {pid: ignores_usr1(pid) for pid in replaced} == dict.fromkeys(replaced, True)
-    os.killpg(run.process.pid, signal.SIGUSR1)
-    assert run.process.wait(300) == checkpoint.REQUEUE_EXIT, run.text()[-4000:]
+    os.killpg(run.pid, signal.SIGUSR1)
+    assert run.wait(300) == checkpoint.REQUEUE_EXIT, run.tail()
     text = run.text()
     assert "stopped by signal 10" in text
     assert text.count("replacing the collector") == 1, text[-4000:]  # none died of USR1

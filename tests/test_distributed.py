@@ -42,6 +42,7 @@ def floating(state: dict) -> dict:
     return {k: v for k, v in state.items() if v.is_floating_point()}
 
 
+@pytest.mark.distributed
 def test_two_ranks_hold_bit_identical_weights_after_20_updates(tmp_path):
     rank0, rank1 = updates(tmp_path, 2, 4, 20)
     assert not torch.equal(rank0["batch"], rank1["batch"])  # each rank trained on its own rows
@@ -53,6 +54,7 @@ def test_two_ranks_hold_bit_identical_weights_after_20_updates(tmp_path):
     assert len(changed) > len(initial) // 2  # the updates trained the networks
 
 
+@pytest.mark.distributed
 def test_two_ranks_of_batch_b_match_one_rank_of_batch_2b(tmp_path):
     (split, _) = updates(tmp_path / "two", 2, 4, 5, "--same-draws")
     (whole,) = updates(tmp_path / "one", 1, 8, 5, "--same-draws")
@@ -63,6 +65,7 @@ def test_two_ranks_of_batch_b_match_one_rank_of_batch_2b(tmp_path):
         torch.testing.assert_close(split["loss"][key], whole["loss"][key], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.distributed
 def test_torchrun_smoke_run_writes_one_metrics_file_and_one_checkpoint(tmp_path):
     logdir = tmp_path / "run"
     overrides = ["experiment=smoke", "run.steps=1000", "eval.every=1000", "run.progress=false"]
@@ -101,6 +104,7 @@ def test_torchrun_smoke_run_writes_one_metrics_file_and_one_checkpoint(tmp_path)
     assert (logdir / "eval" / f"{steps[-1]:012d}" / "open_loop.png").exists()
 
 
+@pytest.mark.distributed
 def test_a_failing_rank_ends_the_job_with_its_message(tmp_path):
     started = time.monotonic()
     result = torchrun(

@@ -78,6 +78,7 @@ SMOKE = (
 # A vision smoke run through the trainer did not finish within 10 minutes on the shared
 # 2-core machine (osmesa renders at ~250 ms per frame there); vision frames are checked
 # against dm_control's own renders above.
+@pytest.mark.slow
 @pytest.mark.parametrize("obs", ["proprio"])
 def test_smoke_run(tmp_path, obs):
     task = "cartpole_balance"

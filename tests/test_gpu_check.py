@@ -33,6 +33,7 @@ def wheels() -> Path:
     return ROOT / ".whl"
 
 
+@pytest.mark.slow
 def test_dry_run_passes_and_fits_the_limits(wheels, tmp_path):
     out = tmp_path / "out"
     # the script's own deadline ends it (and its steps) before the timeout below would

@@ -5,9 +5,12 @@ shown, so the agent must learn reward from (observation, action) in its world mo
 and act on imagined returns. A random policy scores length / cues = 8.
 """
 
+import pytest
+
 from tests.runs import read_metrics, run_trainer
 
 
+@pytest.mark.slow
 def test_mean_return_rises_well_above_a_random_policy(tmp_path):
     logdir = tmp_path / "run"
     result = run_trainer(logdir, "experiment=cue")

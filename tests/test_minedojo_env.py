@@ -5,7 +5,6 @@ import multiprocessing
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +20,7 @@ from dreamer.envs.minedojo import (
     MineDojoLaunchError,
 )
 from dreamer.envs.restarts import Restarting
-from tests.runs import read_metrics
+from tests.runs import Trainer, read_metrics
 
 STANDINS = Path(__file__).resolve().parent / "standins"
 sys.path.insert(0, str(STANDINS))
@@ -184,18 +183,14 @@ def test_missing_minedojo_is_one_line_exit_2(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow
 def test_train_end_to_end_with_a_crash(tmp_path):
     """4 process workers on the stand-in, masked multi-head actions; one simulator dies
     mid-run, is relaunched, and the run completes."""
     logdir, crash_dir = tmp_path / "run", tmp_path / "crash"
     crash_dir.mkdir()
-    env = dict(os.environ)
-    env.update(
-        PYTHONPATH=os.pathsep.join([str(STANDINS), env.get("PYTHONPATH", "")]),
-        MINEDOJO_STANDIN_CRASH_DIR=str(crash_dir),
-        MINEDOJO_STANDIN_LOG=str(tmp_path / "launches.log"),
-    )
-    overrides = [
+    trainer = Trainer(
+        logdir,
         "experiment=smoke",
         "env=minedojo",
         "env.task=open-ended",
@@ -207,23 +202,17 @@ def test_train_end_to_end_with_a_crash(tmp_path):
         "eval.every=0",  # an eval env would launch a sixth simulator
         "run.train_starts=300",
         "run.log_every=100",
-        f"run.logdir={logdir}",
-        "run.progress=false",
-    ]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "dreamer.train", *overrides],
-        env=env,
-        stderr=subprocess.PIPE,
-        text=True,
+        log=tmp_path / "run.log",
+        env={
+            "PYTHONPATH": os.pathsep.join([str(STANDINS), os.environ.get("PYTHONPATH", "")]),
+            "MINEDOJO_STANDIN_CRASH_DIR": str(crash_dir),
+            "MINEDOJO_STANDIN_LOG": str(tmp_path / "launches.log"),
+        },
     )
-    deadline = time.monotonic() + 600
-    while not (logdir / "metrics.jsonl").exists() or not read_metrics(logdir):
-        assert process.poll() is None, process.stderr.read()[-4000:]
-        assert time.monotonic() < deadline
-        time.sleep(0.5)
+    trainer.wait_rows(timeout=600)
     (crash_dir / "crash").touch()  # the next simulator step anywhere dies
-    _, stderr = process.communicate(timeout=600)
-    assert process.returncode == 0, stderr[-4000:]
+    assert trainer.wait(600) == 0, trainer.tail()
+    log = trainer.text()
     rows = read_metrics(logdir)
     saved = yaml.safe_load((logdir / "config.yaml").read_text())
     assert rows[-1]["env_steps"] == saved["run"]["steps"] and rows[-1]["updates"] > 0
@@ -233,5 +222,5 @@ def test_train_end_to_end_with_a_crash(tmp_path):
     assert len(launches) == 4 + 1  # one per worker, one relaunch (the spec probe launches none)
     intervals = sorted(tuple(map(float, line.split()[1:])) for line in launches)
     assert all(b[0] >= a[1] for a, b in zip(intervals, intervals[1:])), "overlapping launches"
-    assert "ProcessSlotTransport" in stderr
-    assert "rejected" not in stderr and "ValueError" not in stderr
+    assert "ProcessSlotTransport" in log
+    assert "rejected" not in log and "ValueError" not in log

@@ -159,6 +159,7 @@ def readme_example() -> str:
     return example
 
 
+@pytest.mark.slow
 def test_readme_example_runs_a_trained_cartpole_run(cartpole_run, tmp_path):
     example = readme_example().replace('"runs/cartpole/my-run"', repr(str(cartpole_run)))
     result = subprocess.run(
@@ -195,6 +196,7 @@ print(tuple(program(batch, *zeros, torch.ones(3, dtype=torch.bool))[0].shape))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["cartpole-trained", "pendulum", "minedojo"])
 def test_exported_policy_acts_as_policy_act_without_dreamer(cartpole_run, tmp_path, kind):
     if kind == "cartpole-trained":
@@ -298,6 +300,7 @@ def _loss_entries(logdir: Path, fragment: str) -> dict[str, torch.Tensor]:
     return {name: value for name, value in loss.items() if fragment in name}
 
 
+@pytest.mark.slow
 def test_warm_start_takes_the_chosen_parts_and_starts_empty(cartpole_run, tmp_path):
     logdir = tmp_path / "warm"
     result = run_trainer(
@@ -324,6 +327,7 @@ def test_warm_start_takes_the_chosen_parts_and_starts_empty(cartpole_run, tmp_pa
         assert equal == same, fragment
 
 
+@pytest.mark.slow
 def test_warm_start_refuses_another_layout_or_a_non_checkpoint(cartpole_run, tmp_path):
     junk = tmp_path / "junk.pt"
     junk.write_bytes(b"\x00" * 64)

@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = """
 import re, sys, torch
 from tensordict import TensorDict
@@ -44,6 +46,7 @@ def grow(storage: str, directory) -> tuple[int, int]:
     return anon, file_backed
 
 
+@pytest.mark.slow
 def test_disk_storage_keeps_resident_memory_flat(tmp_path):
     data_mb = 100_000 * 64 * 64 * 3 / 2**20  # 1,172 MB of images
     memory_anon, _ = grow("memory", tmp_path / "unused")

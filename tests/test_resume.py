@@ -7,7 +7,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ import pytest
 from dreamer import checkpoint
 from dreamer.checkpoint import RunLock, RunLockedError
 from dreamer.logs import MetricsWriter
-from tests.runs import read_metrics, run_trainer
+from tests.runs import Trainer, all_gone, descendants, read_metrics, run_trainer
 
 FAST = ["experiment=smoke", "env=cue", "run.train_starts=200", "run.log_every=100"]
 
@@ -24,22 +23,23 @@ def train(logdir: Path, *overrides: str, timeout: float = 300, preexec_fn=None):
     return run_trainer(logdir, *FAST, *overrides, timeout=timeout, preexec_fn=preexec_fn)
 
 
-def test_rerun_resumes_counters_metrics_and_update_schedule(tmp_path):
+@pytest.mark.slow
+def test_rerun_resumes_counters_metrics_and_update_schedule(finished_run, tmp_path):
     logdir = tmp_path / "run"
-    first = train(logdir, "run.steps=600")
-    assert first.returncode == 0, first.stderr[-3000:]
+    shutil.copytree(finished_run, logdir)  # 300 steps done
     updates_before = checkpoint.load(checkpoint.latest(logdir))["learner"]["updates"]
-    second = train(logdir, "run.steps=1000")
+    second = train(logdir, "run.steps=600")
     assert second.returncode == 0, second.stderr[-3000:]
-    assert "resuming from checkpoint-000000000600.pt at env step 600" in second.stderr
+    assert "resuming from checkpoint-000000000300.pt at env step 300" in second.stderr
     steps = [row["env_steps"] for row in read_metrics(logdir)]
-    assert steps == sorted(set(steps)) and steps[-1] == 1000
+    assert steps == sorted(set(steps)) and steps[-1] == 600
     state = checkpoint.load(checkpoint.latest(logdir))
-    assert state["episodes"]["env_steps"] == 1000
+    assert state["episodes"]["env_steps"] == 600
     # 4 x 16 batches at train_ratio 16: 0.25 updates per env step, no catch-up burst
     resumed_updates = state["learner"]["updates"] - updates_before
-    assert 0.25 * 400 - 2 <= resumed_updates <= 0.25 * 400 + 1, resumed_updates
-    assert train(logdir, "run.steps=1000").returncode == 0, "a finished run reruns as a no-op"
+    assert 0.25 * 300 - 2 <= resumed_updates <= 0.25 * 300 + 1, resumed_updates
+    assert train(logdir, "run.steps=600").returncode == 0, "a finished run reruns as a no-op"
+    assert checkpoint.load(checkpoint.latest(logdir))["episodes"]["env_steps"] == 600
 
 
 def test_locked_run_directory_exits_2_naming_the_holder(tmp_path):
@@ -75,48 +75,18 @@ def test_lock_of_a_killed_process_does_not_block_the_next_run(tmp_path):
         pass
 
 
-def children_of(pid: int) -> set[int]:
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                found.add(int(entry.name))
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
+@pytest.mark.slow
 def test_sigusr1_checkpoints_exits_with_requeue_code_and_leaves_no_children(tmp_path):
     logdir = tmp_path / "run"
-    command = [sys.executable, "-m", "dreamer.train", *FAST, f"run.logdir={logdir}"]
-    process = subprocess.Popen(
-        [*command, "run.steps=100000", "run.progress=false"],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 240
-    while not (logdir / "metrics.jsonl").exists() or len(read_metrics(logdir)) < 3:
-        assert time.monotonic() < deadline and process.poll() is None, "no progress"
-        time.sleep(0.5)
-    children = children_of(process.pid)
+    trainer = Trainer(logdir, *FAST, "run.steps=100000", log=tmp_path / "run.log")
+    trainer.wait_rows(3)
+    children = descendants(trainer.pid)
     assert len(children) >= 3, "expected env workers and an inference process"
-    process.send_signal(signal.SIGUSR1)
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode == checkpoint.REQUEUE_EXIT, stderr[-3000:]
+    trainer.process.send_signal(signal.SIGUSR1)
+    assert trainer.wait(120) == checkpoint.REQUEUE_EXIT, trainer.tail(3000)
     stopped_at = checkpoint.load(checkpoint.latest(logdir))["episodes"]["env_steps"]
     assert stopped_at >= read_metrics(logdir)[-1]["env_steps"] > 0
-    time.sleep(2)
-    assert not [pid for pid in children if alive(pid)], "orphaned child processes"
+    assert all_gone(children, timeout=5) == [], "orphaned child processes"
     resumed = train(logdir, f"run.steps={stopped_at + 200}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"at env step {stopped_at}" in resumed.stderr
@@ -132,6 +102,7 @@ def test_metrics_past_the_checkpoint_and_torn_lines_are_dropped(tmp_path):
     assert [json.loads(line)["env_steps"] for line in path.read_text().splitlines()] == [100, 200]
 
 
+@pytest.mark.slow
 def test_failed_checkpoint_writes_keep_the_previous_one_and_the_run_goes_on(finished_run, tmp_path):
     logdir = tmp_path / "run"
     shutil.copytree(finished_run, logdir)  # 300 steps done
@@ -189,6 +160,7 @@ def finished_run(tmp_path_factory):
     return logdir
 
 
+@pytest.mark.slow
 def test_bad_resumes_and_starts_exit_2_and_change_nothing(finished_run, tmp_path):
     """Each refused command: exit 2, one line naming the key; a resumed run directory is
     left byte for byte as it was, a new one is not created."""

@@ -19,6 +19,8 @@ from tests.runs import read_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER = ROOT / "tests" / "slurm_cluster.sh"
+pytestmark = pytest.mark.slurm
+
 SMOKE = ["experiment=smoke", "eval.every=0", "run.progress=false"]
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runs import read_metrics, run_trainer
+from tests.runs import Trainer, read_metrics, run_trainer, wait_until
 
 mlflow = pytest.importorskip("mlflow")
 
@@ -109,6 +109,7 @@ def check_mlflow_has_metrics_jsonl(client, run_id: str, logdir: Path) -> None:
     assert keys <= set(client.get_run(run_id).data.metrics)
 
 
+@pytest.mark.slow
 def test_mlflow_server_gets_metrics_params_and_eval_artifacts_across_a_resume(
     tmp_path, mlflow_server
 ):
@@ -137,31 +138,25 @@ def test_mlflow_server_gets_metrics_params_and_eval_artifacts_across_a_resume(
     assert set(first_files) < set(artifacts(client, run_id))  # the resumed run's eval too
 
 
+@pytest.mark.slow
 def test_a_tracker_server_killed_mid_run_warns_once_and_training_finishes(tmp_path, mlflow_server):
     uri, server = mlflow_server
     logdir = tmp_path / "run"
-    command = [
-        sys.executable,
-        "-m",
-        "dreamer.train",
+    trainer = Trainer(
+        logdir,
         *FAST,
         "eval.every=0",
         "logger=[jsonl,mlflow]",
         f"logger.mlflow.uri={uri}",
         "run.steps=400",
-        f"run.logdir={logdir}",
-        "run.progress=false",
-    ]
-    trainer = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while not (logdir / "trackers.json").exists() or not read_metrics(logdir):
-        assert trainer.poll() is None and time.monotonic() < deadline, "no progress"
-        time.sleep(0.5)
+        log=tmp_path / "run.log",
+    )
+    trainer.wait_rows()
+    wait_until(lambda: (logdir / "trackers.json").exists(), "trackers.json", running=trainer)
     os.killpg(server.pid, signal.SIGKILL)
     server.wait()
-    _, stderr = trainer.communicate(timeout=600)
-    assert trainer.returncode == 0, stderr[-3000:]
-    assert stderr.count("mlflow is unreachable") == 1, stderr[-3000:]
+    assert trainer.wait(600) == 0, trainer.tail(3000)
+    assert trainer.text().count("mlflow is unreachable") == 1, trainer.tail(3000)
     steps = [row["env_steps"] for row in read_metrics(logdir)]
     assert steps == sorted(set(steps)) and len(steps) >= 3 and steps[-1] == 400, steps
 
