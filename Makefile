@@ -31,12 +31,13 @@ osmesa:
 
 test: $(STAMP) osmesa
 	# two workers; the tests of a file that shares a module fixture (a trained run, the
-	# SLURM cluster) stay on one worker through their xdist_group (tests/conftest.py)
-	$(PY) -m pytest -q -n 2 --dist loadgroup $(ARGS)
+	# SLURM cluster) stay on one worker through their xdist_group, long tests first, in the
+	# order tests/conftest.py gives them
+	$(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder $(ARGS)
 
 # the inner loop: everything but the slow, SLURM and torchrun tests
 test-fast: $(STAMP) osmesa
-	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not slow and not slurm and not distributed" $(ARGS)
+	$(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder -m "not slow and not slurm and not distributed" $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check dreamer tests benchmarks

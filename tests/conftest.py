@@ -17,6 +17,7 @@ def shares_a_module_fixture(item: pytest.Item) -> bool:
         return False
     return any(
         definition.scope in ("module", "package", "session")
+        and definition.func.__module__.startswith("tests.")  # not pytest's tmp_path_factory
         for name in item.fixturenames
         for definition in definitions.name2fixturedefs.get(name, ())
     )

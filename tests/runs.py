@@ -178,3 +178,65 @@ def all_gone(pids: Iterable[int], timeout: float = 30) -> list[int]:
     while (left := [pid for pid in pids if alive(pid)]) and time.monotonic() < deadline:
         time.sleep(0.1)
     return left
+
+
+FORKED = """
+import importlib, json, os, sys
+exec(sys.argv[4])  # the prelude: imports every fork would otherwise pay for
+module, name = sys.argv[1].split(":")
+entry = getattr(importlib.import_module(module), name)
+out = sys.argv[2]
+for i, (argv, hidden) in enumerate(json.loads(sys.argv[3])):
+    pid = os.fork()
+    if pid == 0:
+        for stream, fd in (("out", 1), ("err", 2)):
+            os.dup2(os.open(os.path.join(out, f"{i}.{stream}"), os.O_WRONLY | os.O_CREAT), fd)
+        for hide in hidden:
+            sys.modules[hide] = None  # as if not installed
+        code = 0
+        try:
+            returned = entry(argv)
+            code = returned if isinstance(returned, int) else 0
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else 1
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+            code = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    with open(os.path.join(out, f"{i}.rc"), "w") as rc:
+        rc.write(str(os.waitstatus_to_exitcode(status)))
+"""
+
+
+def forked_runs(
+    entry: str,
+    rows: list[tuple[list[str], list[str]]],
+    out: Path,
+    cwd: Path = ROOT,
+    prelude: str = "",
+    timeout: float = 300,
+) -> list[subprocess.CompletedProcess]:
+    """``entry`` ("module:function", called with a list of arguments, as a command line's
+    main) once per row (arguments, modules hidden as if not installed), each in a process
+    of its own, forked one after another from one interpreter that imported once: dozens
+    of fresh interpreters importing torch cost minutes on 2 cores. Their exit codes and
+    output, as ``subprocess.run`` would give them."""
+    subprocess.run(
+        [sys.executable, "-c", FORKED, entry, str(out), json.dumps(rows), prelude],
+        cwd=cwd,
+        timeout=timeout,
+    )
+    done = []
+    for i, (argv, _) in enumerate(rows):
+        rc = out / f"{i}.rc"
+        stdout, stderr = ((out / f"{i}.{stream}").read_text() for stream in ("out", "err"))
+        done.append(
+            subprocess.CompletedProcess(
+                argv, int(rc.read_text()) if rc.exists() else None, stdout, stderr
+            )  # fmt: skip
+        )
+    return done

@@ -1,9 +1,7 @@
 """Tests for the configuration layer (dreamer/config.py + conf/)."""
 
-import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +10,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from dreamer.config import CONF_DIR, ConfigError, load, resolved_logdir
+from tests.runs import forked_runs
 
 SECTIONS = {"env", "model", "run", "replay", "collector", "learner", "eval", "logger"}
 # deter, hidden, classes, cnn_depth, units: the DreamerV3 author's configs.yaml
@@ -208,40 +207,15 @@ BAD = [
 
 # Every command line below in a process of its own, forked from one interpreter that
 # paid the imports once (70 interpreters at once starve 2 cores past any sane timeout;
-# one after another they cost minutes). A row: (arguments, modules hidden as if not
-# installed).
-FORKED_CLI = """
-import json, os, sys
-from dreamer.config import from_argv, load
-load([])  # what validation imports, loaded once before the forks
+# one after another they cost minutes)
+PRELUDE = """
+from dreamer.config import load
+load([])  # what validation imports
 for module in ("dreamer.envs.dmc", "dreamer.envs.atari"):
     try:
         __import__(module)
     except ImportError:
         pass
-out = sys.argv[1]
-for i, (argv, hidden) in enumerate(json.loads(sys.argv[2])):
-    pid = os.fork()
-    if pid == 0:
-        for name, fd in (("out", 1), ("err", 2)):
-            os.dup2(os.open(os.path.join(out, f"{i}.{name}"), os.O_WRONLY | os.O_CREAT), fd)
-        for name in hidden:
-            sys.modules[name] = None
-        code = 0
-        try:
-            from_argv(argv)
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else 1
-        except BaseException:
-            import traceback
-            traceback.print_exc()
-            code = 1
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    with open(os.path.join(out, f"{i}.rc"), "w") as rc:
-        rc.write(str(os.waitstatus_to_exitcode(status)))
 """
 CFG_FLAGS = [["--cfg", "job"], ["--cfg=job"], ["-c", "job"]]
 EXTRAS = [("dmc", "dm_control"), ("atari", "ale_py")]
@@ -260,15 +234,11 @@ def cli_runs(tmp_path_factory):
     ran in, {(arguments, hidden): (stdout, stderr, exit code)})."""
     cwd, out = tmp_path_factory.mktemp("cwd"), tmp_path_factory.mktemp("out")
     rows = [(o, []) for o, _ in BAD] + GOOD
-    subprocess.run(
-        [sys.executable, "-c", FORKED_CLI, str(out), json.dumps(rows)], cwd=cwd, timeout=300
-    )
-    results = {}
-    for i, (argv, hidden) in enumerate(rows):
-        rc = out / f"{i}.rc"
-        code = int(rc.read_text()) if rc.exists() else None
-        texts = [(out / f"{i}.{name}").read_text() for name in ("out", "err")]
-        results[tuple(argv), tuple(hidden)] = (*texts, code)
+    done = forked_runs("dreamer.config:from_argv", rows, out, cwd=cwd, prelude=PRELUDE)
+    results = {
+        (tuple(argv), tuple(hidden)): (run.stdout, run.stderr, run.returncode)
+        for (argv, hidden), run in zip(rows, done)
+    }
     return cwd, results
 
 

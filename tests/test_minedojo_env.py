@@ -197,7 +197,7 @@ def test_train_end_to_end_with_a_crash(tmp_path):
         "env.milestone_reward=true",
         "env.max_steps=200",
         "run.envs=4",
-        "run.steps=1000",
+        "run.steps=600",
         "run.train_ratio=4",  # few updates: this test is about the env and the actor
         "eval.every=0",  # an eval env would launch a sixth simulator
         "run.train_starts=300",

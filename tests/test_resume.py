@@ -14,7 +14,7 @@ import pytest
 from dreamer import checkpoint
 from dreamer.checkpoint import RunLock, RunLockedError
 from dreamer.logs import MetricsWriter
-from tests.runs import Trainer, all_gone, descendants, read_metrics, run_trainer
+from tests.runs import Trainer, all_gone, descendants, forked_runs, read_metrics, run_trainer
 
 FAST = ["experiment=smoke", "env=cue", "run.train_starts=200", "run.log_every=100"]
 
@@ -164,29 +164,22 @@ def finished_run(tmp_path_factory):
 def test_bad_resumes_and_starts_exit_2_and_change_nothing(finished_run, tmp_path):
     """Each refused command: exit 2, one line naming the key; a resumed run directory is
     left byte for byte as it was, a new one is not created."""
-    procs = {}
+    cases, rows = [], []
     for index, (override, key) in enumerate(BAD_RESUMES + BAD_STARTS):
         logdir = tmp_path / f"case{index}"
         if (override, key) in BAD_RESUMES:
             shutil.copytree(finished_run, logdir)
-        command = [sys.executable, "-m", "dreamer.train", *FAST, "run.steps=300"]
-        procs[index] = (
-            subprocess.Popen(
-                [*command, *override.split(), f"run.logdir={logdir}", "run.progress=false"],
-                stderr=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-            ),
-            logdir,
-            key,
-            snapshot(logdir) if logdir.exists() else None,
-        )
-    for process, logdir, key, before in procs.values():
-        _, stderr = process.communicate(timeout=300)
-        errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
-        assert process.returncode == 2, stderr[-2000:]
-        assert len(errors) == 1 and key in errors[0], stderr[-2000:]
-        assert "Traceback" not in stderr
+        cases.append((logdir, key, snapshot(logdir) if logdir.exists() else None))
+        argv = [*FAST, "run.steps=300", *override.split()]
+        rows.append(([*argv, f"run.logdir={logdir}", "run.progress=false"], []))
+    out = tmp_path / "out"
+    out.mkdir()
+    # each a process of its own, forked from one interpreter that imported the trainer
+    for (logdir, key, before), done in zip(cases, forked_runs("dreamer.train:main", rows, out)):
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+        assert done.returncode == 2, done.stderr[-2000:]
+        assert len(errors) == 1 and key in errors[0], done.stderr[-2000:]
+        assert "Traceback" not in done.stderr
         if before is None:
             assert not logdir.exists(), f"{logdir.name}: half-created run directory left"
         else:

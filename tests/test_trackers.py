@@ -38,12 +38,9 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-@pytest.fixture
-def mlflow_server(tmp_path):
-    """``mlflow server`` in a session of its own; yields (uri, process)."""
+def start_mlflow_server(store: Path) -> tuple[str, subprocess.Popen]:
+    """``mlflow server`` in a session of its own, once it answers; (uri, process)."""
     port = free_port()
-    store = tmp_path / "server"
-    store.mkdir()
     server = subprocess.Popen(
         [
             sys.executable,
@@ -66,20 +63,41 @@ def mlflow_server(tmp_path):
         start_new_session=True,
     )
     uri = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 240
-    while True:
+
+    def healthy() -> bool:
         try:
             with urllib.request.urlopen(f"{uri}/health", timeout=5) as answer:
-                if answer.status == 200:
-                    break
+                return answer.status == 200
         except OSError:
-            pass
-        assert server.poll() is None and time.monotonic() < deadline, "mlflow server did not start"
-        time.sleep(1)
-    yield uri, server
-    if server.poll() is None:
-        os.killpg(server.pid, signal.SIGKILL)  # the server and its workers, by the server's pid
-    server.wait()
+            assert server.poll() is None, "mlflow server exited"
+            return False
+
+    wait_until(healthy, "mlflow server answering", timeout=240, interval=0.25)
+    return uri, server
+
+
+@pytest.fixture(scope="module")
+def mlflow_servers(tmp_path_factory):
+    """The server this file's tests share (its start is most of a test's time); a new
+    one once a test has killed it."""
+    started = []
+
+    def running() -> tuple[str, subprocess.Popen]:
+        if not started or started[-1][1].poll() is not None:
+            started.append(start_mlflow_server(tmp_path_factory.mktemp("mlflow")))
+        return started[-1]
+
+    yield running
+    for _, server in started:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)  # the server and its workers
+        server.wait()
+
+
+@pytest.fixture
+def mlflow_server(mlflow_servers):
+    """(uri, process) of a running ``mlflow server``."""
+    return mlflow_servers()
 
 
 def tracked_run_id(logdir: Path, name: str) -> str:
@@ -116,6 +134,7 @@ def test_mlflow_server_gets_metrics_params_and_eval_artifacts_across_a_resume(
     uri, _ = mlflow_server
     logdir = tmp_path / "run"
     tracked = ["logger=[jsonl,tensorboard,mlflow]", f"logger.mlflow.uri={uri}"]
+    tracked.append(f"logger.mlflow.experiment={tmp_path.name}")  # its own on a shared server
     first = run_trainer(logdir, *FAST, *tracked, "run.steps=300")
     assert first.returncode == 0, first.stderr[-3000:]
     run_id = tracked_run_id(logdir, "mlflow")

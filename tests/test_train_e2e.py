@@ -25,9 +25,10 @@ LOSS_TERMS = ("loss_model_reco", "loss_model_reward", "loss_actor", "loss_value"
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
-    """``python -m dreamer.train experiment=smoke`` on Crafter, as ``make smoke`` runs it."""
+    """``make smoke``'s run on Crafter (``python -m dreamer.train experiment=smoke``), at
+    half its length: two evaluations, a few random-policy episodes (~120-230 steps)."""
     logdir = tmp_path_factory.mktemp("smoke") / "run"
-    result = run_trainer(logdir, "experiment=smoke")
+    result = run_trainer(logdir, "experiment=smoke", "run.steps=1000", "eval.every=500")
     assert result.returncode == 0, result.stderr[-4000:]
     return logdir, result
 
@@ -78,8 +79,8 @@ def test_heap_is_frozen_inside_the_loop_and_unfrozen_after_a_normal_exit(tmp_pat
         [
             "experiment=smoke",
             "env=cue",
-            "run.steps=600",
-            "run.train_starts=300",
+            "run.steps=400",
+            "run.train_starts=200",
             "run.log_every=100",
             f"run.logdir={logdir}",
             "run.progress=false",
