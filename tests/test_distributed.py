@@ -71,6 +71,7 @@ def test_two_ranks_of_batch_b_match_one_rank_of_batch_2b(tmp_path):
 def test_torchrun_smoke_run_writes_one_metrics_file_and_one_checkpoint(tmp_path):
     logdir = tmp_path / "run"
     overrides = ["experiment=smoke", "run.steps=1000", "eval.every=1000", "run.progress=false"]
+    overrides.append("run.train_ratio=8")  # half the smoke's updates: the job is under test
     result = torchrun(2, "-m", "dreamer.train", *overrides, f"run.logdir={logdir}")
     assert result.returncode == 0, result.stderr[-3000:]
     assert [p.relative_to(logdir) for p in logdir.rglob("metrics.jsonl")] == [Path("metrics.jsonl")]
