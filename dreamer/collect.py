@@ -10,7 +10,6 @@ import json
 import logging
 import os
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 from tensordict import TensorDict
@@ -21,7 +20,7 @@ from torchrl.modules.inference_server import (
     ProcessSlotTransport,
 )
 
-from dreamer.agent.build import build_agent
+from dreamer.agent.build import build_acting
 from dreamer.agent.spaces import EnvSpaces
 from dreamer.checkpoint import children_keep_signals
 from dreamer.envs import make_env
@@ -34,18 +33,20 @@ class CollectorError(RuntimeError):
     pass
 
 
-def build_policy(
-    model: dict, learner: dict, spaces: EnvSpaces, seed: int, threads: int, device: str = "cpu"
-):
-    """The acting policy, built identically in the driver and the inference process.
+def build_policy(model, spaces: EnvSpaces, seed: int, threads: int, device: str = "cpu"):
+    """The acting policy (encoder, RSSM cell, actor): built by torchrl in the inference
+    process, and once in the driver to probe the transport. Its weights come from the
+    learner's first push; the seed only makes a process's initial weights reproducible,
+    on a forked RNG so the caller's RNG (the driver's, restored from a checkpoint) does
+    not move.
 
     torch's thread count is not set by the inference process itself; on few cores
     its default oversubscribes (7 ms -> 100+ ms per forward), so it is set here.
     """
     torch.set_num_threads(threads)
-    torch.manual_seed(seed)
-    agent = build_agent(SimpleNamespace(**model), SimpleNamespace(**learner), spaces)
-    return agent.policy.to(device)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return build_acting(model, spaces).to(device)
 
 
 def env_seeds(seed: int, rank: int, count: int) -> list[int]:
@@ -65,20 +66,19 @@ def spread_affinity(worker: int) -> list[int]:
 
 def make_collector(
     *,
-    env: dict,
-    model: dict,
-    learner: dict,
+    env,
+    model,
     spaces: EnvSpaces,
     latent: tuple[int, int],
     envs: int,
-    collector: dict,
+    collector,
     seed: int,
     replay,
     total: int = -1,
     rank: int = 0,
     gpu: str = "cuda",
 ) -> AsyncBatchedCollector:
-    """``collector``: the config's collector node. One env per worker process (the
+    """``env``, ``model``, ``collector``: the config's nodes. One env per worker process (the
     default) reaches a dedicated inference process through shared-memory slots and
     sends ``collector.chunk`` transitions per message; ``envs_per_worker > 1`` groups
     envs in fewer processes, which torchrl then serves from a thread of this process.
@@ -96,7 +96,7 @@ def make_collector(
     result = AsyncBatchedCollector(
         env_fns,
         policy_factory=functools.partial(
-            build_policy, model, learner, spaces, seed, collector["threads"], policy_device
+            build_policy, model, spaces, seed, collector["threads"], policy_device
         ),
         frames_per_batch=collector["chunk"] * envs,
         total_frames=total,
@@ -177,7 +177,7 @@ def path_note(has_images: bool, measured: Path = MEASURED) -> str | None:
 DONE = object()
 
 
-class Collection:
+class SelfHealingCollector:
     """Iterates a collector, and replaces it when it fails.
 
     torchrl's ``AsyncBatchedCollector`` raises within about a second when an env worker
@@ -215,12 +215,25 @@ class Collection:
         return self.current is not None and self.current._server.is_alive
 
     def push(self, policy, timeout: float) -> None:
-        """The policy's weights to the inference process, waiting at most ``timeout`` s
-        (TimeoutError). ``update_policy_weights_`` waits torchrl's 300 s for a starved
-        (stopped, swapped out) process, and the learner with it; a push left behind is
-        taken by the process when it resumes, before any later one."""
+        """The policy's weights to the inference process, waiting at most ``timeout`` s.
+
+        ``update_policy_weights_`` would wait torchrl's 300 s for a starved (stopped,
+        swapped out) process, and the learner with it; a push that times out is logged
+        and taken by the process when it resumes, before any later one. A dead server
+        is replaced with its collector when the collector reports it."""
         weights = TensorDict.from_module(policy).detach().clone()  # as torchrl's own push
-        self.current._server.update_model_weights(weights, timeout=timeout)
+        try:
+            self.current._server.update_model_weights(weights, timeout=timeout)
+        except TimeoutError as error:
+            log.warning(
+                "weight push: %s (waited %.0f s); the policy keeps its weights until the next push",
+                error,
+                timeout,
+            )
+        except RuntimeError as error:
+            if self.server_alive():
+                raise
+            log.warning("weight push failed, the inference server is gone: %s", error)
 
     def __iter__(self):
         failures = 0

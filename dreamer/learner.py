@@ -114,8 +114,9 @@ class Learner:
         # compiling and capturing happen in the stepper's warm-up, before the first update
         self._warm = not (self.modes["compile"] or self.modes["cudagraph"])
 
-    def update(self, batch: TensorDictBase) -> dict[str, float]:
-        """One optimizer step on a [batch, length] replay sample; returns the losses."""
+    def update(self, batch: TensorDictBase) -> dict[str, torch.Tensor]:
+        """One optimizer step on a [batch, length] replay sample; returns its scalar
+        losses as tensors on the learner's device (none for a skipped update)."""
         batch = batch.to(self.device)
         if not self._warm:
             self.stepper.warmup(batch)
@@ -142,13 +143,13 @@ class Learner:
                 f"(learner.max_skips={self.max_skips}); stopping with a checkpoint"
             )
         self.updates += 1
-        result = {
-            key: float(value)
-            for key, value in (metrics.items() if metrics is not None else ())
+        if metrics is None:
+            return {}
+        return {
+            key: value.detach()
+            for key, value in metrics.items()
             if isinstance(key, str) and value.numel() == 1
         }
-        result["learner/skipped"] = self.optimizer.skipped
-        return result
 
     def _skip_update(self) -> None:
         """No usable gradient from this batch: step with NaN gradients, which the

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import torch
 from tqdm import tqdm
 
 
@@ -103,6 +104,51 @@ def _step(line: str) -> int | None:
         return json.loads(line)["env_steps"]
     except json.JSONDecodeError:
         return None
+
+
+class IntervalMeans:
+    """Means over a log interval of the learner's scalar losses. They are summed on
+    their device as they come and read to the host once per metrics row: a ``float()``
+    per loss and update would wait for the device at every update."""
+
+    def __init__(self):
+        self._sums: dict[str, torch.Tensor] = {}
+        self._counts: dict[str, int] = {}
+
+    def add(self, values: dict[str, torch.Tensor]) -> None:
+        for key, value in values.items():
+            value = value.detach().float()
+            if key in self._sums:
+                self._sums[key] += value
+            else:
+                self._sums[key] = value.clone()  # CUDA-graph outputs are overwritten
+            self._counts[key] = self._counts.get(key, 0) + 1
+
+    def flush(self) -> dict[str, float]:
+        if not self._sums:
+            return {}
+        keys = list(self._sums)
+        sums = torch.stack([self._sums[key] for key in keys]).cpu()  # the one device sync
+        counts = torch.tensor([self._counts[key] for key in keys], dtype=sums.dtype)
+        self._sums, self._counts = {}, {}
+        return dict(zip(keys, (sums / counts).tolist()))
+
+
+class Rates:
+    """Env steps and updates per second since the previous metrics row."""
+
+    def __init__(self, env_steps: int, updates: int):
+        self.time, self.env_steps, self.updates = time.perf_counter(), env_steps, updates
+
+    def __call__(self, env_steps: int, updates: int) -> dict[str, float]:
+        now = time.perf_counter()
+        elapsed = max(now - self.time, 1e-9)
+        rates = {
+            "env_steps_per_s": (env_steps - self.env_steps) / elapsed,
+            "updates_per_s": (updates - self.updates) / elapsed,
+        }
+        self.time, self.env_steps, self.updates = now, env_steps, updates
+        return rates
 
 
 class Progress:

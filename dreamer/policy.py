@@ -49,8 +49,7 @@ def describe(state: dict, found: Path) -> EnvSpaces:
     """The checkpoint's env layout; older checkpoints lack it, so the env is probed."""
     if "spaces" in state:
         return spaces_from_dict(state["spaces"])
-    from dreamer.envs import env_config
-    from dreamer.train import describe_env
+    from dreamer.envs import describe_env, env_config
 
     cfg = state["config"]
     return describe_env(env_config(cfg["env"], found.parent.parent), cfg["run"]["seed"])[0]

@@ -15,8 +15,7 @@ from omegaconf import OmegaConf
 from dreamer.agent.build import latent_sizes
 from dreamer.collect import env_seeds, make_collector, path_note
 from dreamer.config import load
-from dreamer.envs import make_env
-from dreamer.train import describe_env
+from dreamer.envs import describe_env, make_env
 
 ENVS = 2
 FRAMES = 512
@@ -31,8 +30,7 @@ def received(chunk: int, **collector) -> dict[int, list[tuple[int, int, int]]]:
     collector_cfg = OmegaConf.to_container(cfg.collector) | collector
     result = make_collector(
         env=env,
-        model=OmegaConf.to_container(cfg.model),
-        learner=OmegaConf.to_container(cfg.learner),
+        model=cfg.model,
         spaces=spaces,
         latent=latent_sizes(cfg.model),
         envs=ENVS,

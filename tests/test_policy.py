@@ -19,9 +19,8 @@ from dreamer import Policy, checkpoint, config
 from dreamer.agent.acting import env_action
 from dreamer.agent.build import build_agent, latent_sizes
 from dreamer.agent.spaces import spaces_to_dict
-from dreamer.envs import env_config, make_env
+from dreamer.envs import describe_env, env_config, make_env
 from dreamer.export import main as export_main
-from dreamer.train import describe_env
 from tests.runs import run_trainer
 
 STANDINS = Path(__file__).resolve().parent / "standins"

@@ -11,12 +11,14 @@ episode step counter and return, and zero-initialised ``state``/``belief``/
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import gymnasium
 import numpy as np
 import torch
+from omegaconf import OmegaConf, open_dict
 from torchrl.data import Unbounded
 from torchrl.envs import (
     ActionScaling,
@@ -36,6 +38,7 @@ from torchrl.envs.gym_like import default_info_dict_reader
 
 from dreamer.envs.restarts import Restarting
 
+log = logging.getLogger("dreamer")
 ACHIEVEMENTS_KEY = "info_achievements"
 RESTART_KEY = "info_restart"  # 1 on a step where a failed env was recreated
 
@@ -104,7 +107,8 @@ def _make_gym(env: Mapping) -> gymnasium.Env:
     """``env=gym``/``cartpole``: ``gymnasium.make(env.id, **env.kwargs)`` with the image keys."""
     from dreamer.envs.wrappers import ActionRepeat, ImageObservation, RenderedFrames
 
-    kwargs = dict(env.get("kwargs") or {})
+    kwargs = env.get("kwargs") or {}
+    kwargs = OmegaConf.to_container(kwargs) if OmegaConf.is_config(kwargs) else dict(kwargs)
     if env.get("pixels"):
         kwargs["render_mode"] = "rgb_array"
     if env["id"].startswith("ALE/"):  # ale-py registers its ids only when imported
@@ -154,11 +158,45 @@ def action_note(env: EnvBase) -> str | None:
     )
 
 
-def env_config(env: dict, logdir: Path) -> dict:
-    """The ``env`` config node for the workers, plus the run directory's paths."""
+def env_config(env, logdir: Path):
+    """The ``env`` config node for the workers (it pickles), plus the run directory's
+    paths."""
+    env = OmegaConf.create(OmegaConf.to_container(env)) if isinstance(env, dict) else env.copy()
     if env["name"] == "minedojo":
-        env = {**env, "launch_lock": str(logdir / "minedojo-launch.lock")}
+        with open_dict(env):
+            env.launch_lock = str(logdir / "minedojo-launch.lock")
     return env
+
+
+def describe_env(env, seed: int) -> tuple:
+    """(spaces, achievement names) of the configured env, probed once in this process;
+    a broken env is one ``ConfigError`` line, before any worker starts."""
+    from dreamer.agent.spaces import spaces_from_env
+    from dreamer.config import ConfigError
+
+    try:
+        probe = make_env(env, seed)
+    except ConfigError:
+        raise
+    except Exception as error:
+        what = env["id"] if env["name"] == "gym" else env["name"]
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError(f"env: cannot create {what}: {detail}") from error
+    try:
+        try:
+            spaces = spaces_from_env(probe)
+        except ValueError as error:
+            raise ConfigError(f"env: {error}") from None
+        if note := action_note(probe):
+            log.warning(note)
+    finally:
+        probe.close()
+    achievements = ()
+    if env["name"] == "crafter":
+        from dreamer.envs.crafter import ACHIEVEMENTS
+
+        achievements = ACHIEVEMENTS
+    return spaces, achievements
 
 
 def make_env(
