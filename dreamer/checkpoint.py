@@ -180,6 +180,17 @@ class RngState(GlobalRNGState):
         super().load_state_dict(state)
 
 
+@contextlib.contextmanager
+def rng_kept():
+    """The process's RNG state as it was before the block, whatever the block drew."""
+    rng = RngState()
+    state = rng.state_dict()
+    try:
+        yield
+    finally:
+        rng.load_state_dict(state)
+
+
 class RunLockedError(RuntimeError):
     pass
 

@@ -22,7 +22,7 @@ from torchrl.modules.inference_server import (
 
 from dreamer.agent.build import build_acting
 from dreamer.agent.spaces import EnvSpaces
-from dreamer.checkpoint import children_keep_signals
+from dreamer.checkpoint import children_keep_signals, rng_kept
 from dreamer.envs import make_env
 from dreamer.relaunches import Relaunches
 
@@ -93,31 +93,32 @@ def make_collector(
     static = max_batch if inference["static_batch"] else None
     policy_device = gpu if static else "cpu"  # CUDA-graph capture needs the policy there
     driver_threads = torch.get_num_threads()  # the probe policy pass changes it
-    result = AsyncBatchedCollector(
-        env_fns,
-        policy_factory=functools.partial(
-            build_policy, model, spaces, seed, collector["threads"], policy_device
-        ),
-        frames_per_batch=collector["chunk"] * envs,
-        total_frames=total,
-        env_backend="multiprocessing",
-        transport="auto",
-        envs_per_worker=collector["envs_per_worker"],
-        transition_chunk_size="auto" if grouped else collector["chunk"],
-        server_config=InferenceServerConfig(
-            max_batch_size=max_batch,
-            min_batch_size=inference["min_batch"],
-            timeout=inference["timeout"],
-            static_batch_size=static,
-        ),
-        device_config=InferenceDeviceConfig(
-            policy_device=policy_device, output_device="cpu", storing_device="cpu"
+    with rng_kept():  # the probe's env reset and policy pass draw from the driver's RNG
+        result = AsyncBatchedCollector(
+            env_fns,
+            policy_factory=functools.partial(
+                build_policy, model, spaces, seed, collector["threads"], policy_device
+            ),
+            frames_per_batch=collector["chunk"] * envs,
+            total_frames=total,
+            env_backend="multiprocessing",
+            transport="auto",
+            envs_per_worker=collector["envs_per_worker"],
+            transition_chunk_size="auto" if grouped else collector["chunk"],
+            server_config=InferenceServerConfig(
+                max_batch_size=max_batch,
+                min_batch_size=inference["min_batch"],
+                timeout=inference["timeout"],
+                static_batch_size=static,
+            ),
+            device_config=InferenceDeviceConfig(
+                policy_device=policy_device, output_device="cpu", storing_device="cpu"
+            )
+            if static
+            else None,
+            worker_affinity=spread_affinity if collector["worker_affinity"] == "spread" else None,
+            replay_buffer=replay,
         )
-        if static
-        else None,
-        worker_affinity=spread_affinity if collector["worker_affinity"] == "spread" else None,
-        replay_buffer=replay,
-    )
     torch.set_num_threads(driver_threads)
     transport = result._transport  # torchrl exposes no public accessor
     if not grouped and not isinstance(transport, ProcessSlotTransport):

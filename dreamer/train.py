@@ -30,7 +30,7 @@ from dreamer.timing import CpuSpeedNote, LoopTimers
 log = logging.getLogger("dreamer")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, build=build_parts) -> int:
     """Returns 0 when done, REQUEUE_EXIT after SIGTERM/SIGUSR1 (checkpointed);
     Ctrl-C checkpoints and raises KeyboardInterrupt; user errors exit 2.
 
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
                 world.barrier()  # rank 0 has checked the run directory and saved the config
                 if not world.main:
                     state = checkpoint.latest_state(logdir)
-                return train(cfg, logdir, state, world, device)
+                return train(cfg, logdir, state, world, device, build)
     except (ConfigError, RunLockedError) as error:
         if created:  # refused before any training: leave no half-created run directory
             shutil.rmtree(logdir, ignore_errors=True)
@@ -67,10 +67,11 @@ def _ranked(world: World, error: Exception) -> str:
     return f"rank {world.rank}: {error}" if world.distributed else str(error)
 
 
-def train(cfg, logdir: Path, resume: dict | None, world: World, device: torch.device) -> int:
+def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=build_parts) -> int:
+    """The loop. ``build`` makes the run's parts (``dreamer.parts.build_parts``)."""
     if cfg.learner.threads:
         torch.set_num_threads(cfg.learner.threads)
-    parts = build_parts(cfg, logdir, world, device)
+    parts = build(cfg, logdir, world, device)
     parts.restore(cfg, resume, world)
     agent, learner, replay, steps, collector = (
         parts.agent,

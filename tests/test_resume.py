@@ -35,7 +35,7 @@ def test_rerun_resumes_counters_metrics_and_update_schedule(tmp_path):
     steps = [row["env_steps"] for row in read_metrics(logdir)]
     assert steps == sorted(set(steps)) and steps[-1] == 1000
     state = checkpoint.load(checkpoint.latest(logdir))
-    assert state["episodes"]["env_steps"] == 1000
+    assert state["steps"]["env_steps"] == 1000
     # 4 x 16 batches at train_ratio 16: 0.25 updates per env step, no catch-up burst
     resumed_updates = state["learner"]["updates"] - updates_before
     assert 0.25 * 400 - 2 <= resumed_updates <= 0.25 * 400 + 1, resumed_updates
@@ -113,7 +113,7 @@ def test_sigusr1_checkpoints_exits_with_requeue_code_and_leaves_no_children(tmp_
     process.send_signal(signal.SIGUSR1)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == checkpoint.REQUEUE_EXIT, stderr[-3000:]
-    stopped_at = checkpoint.load(checkpoint.latest(logdir))["episodes"]["env_steps"]
+    stopped_at = checkpoint.load(checkpoint.latest(logdir))["steps"]["env_steps"]
     assert stopped_at >= read_metrics(logdir)[-1]["env_steps"] > 0
     time.sleep(2)
     assert not [pid for pid in children if alive(pid)], "orphaned child processes"
@@ -148,7 +148,7 @@ def test_failed_checkpoint_writes_keep_the_previous_one_and_the_run_goes_on(fini
     assert "not written" in result.stderr and "previous checkpoint is kept" in result.stderr
     assert read_metrics(logdir)[-1]["env_steps"] == 600, "the run stopped early"
     assert checkpoint.latest(logdir) == good
-    assert checkpoint.load(good)["episodes"]["env_steps"] == 300
+    assert checkpoint.load(good)["steps"]["env_steps"] == 300
     assert not list((logdir / "checkpoints").glob(".*.tmp")), "partial file left behind"
 
 
