@@ -23,6 +23,7 @@ from torchrl.modules.inference_server import (
 from dreamer.agent.build import build_acting
 from dreamer.agent.spaces import EnvSpaces
 from dreamer.checkpoint import children_keep_signals, rng_kept
+from dreamer.config import ConfigError
 from dreamer.envs import make_env
 from dreamer.relaunches import Relaunches
 
@@ -91,6 +92,11 @@ def make_collector(
     grouped = collector["envs_per_worker"] > 1
     max_batch = inference["max_batch"] or envs
     static = max_batch if inference["static_batch"] else None
+    if static and not torch.cuda.is_available():
+        raise ConfigError(
+            "collector.inference.static_batch: CUDA-graph inference needs a CUDA device "
+            "and none is available; allowed here: false"
+        )
     policy_device = gpu if static else "cpu"  # CUDA-graph capture needs the policy there
     driver_threads = torch.get_num_threads()  # the probe policy pass changes it
     with rng_kept():  # the probe's env reset and policy pass draw from the driver's RNG

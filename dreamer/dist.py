@@ -54,6 +54,12 @@ class World:
 
     def device(self, name: str) -> torch.device:
         """``learner.device`` for this rank: ``auto``/``cuda`` mean this rank's own GPU."""
+        if name == "cuda" and not torch.cuda.is_available():
+            from dreamer.config import ConfigError
+
+            raise ConfigError(
+                "learner.device: cuda requested but no CUDA device is available; allowed: auto, cpu"
+            )
         cuda = name == "cuda" or (name == "auto" and torch.cuda.is_available())
         return torch.device("cuda", self.local_rank) if cuda else torch.device("cpu")
 

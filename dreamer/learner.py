@@ -10,6 +10,7 @@ from torchrl.trainers.algorithms import DreamerV3OptimizationStepper, DreamerV3O
 
 from dreamer.agent.build import Agent
 from dreamer.agent.fused import FusedDreamerV3Loss
+from dreamer.config import ConfigError
 from dreamer.dist import GradientAverager, World
 
 _NON_FINITE = re.compile(r"\b(nan|inf)\b", re.IGNORECASE)
@@ -61,9 +62,19 @@ class SkippingOptimizer(DreamerV3Optimizer):
 
 def learner_modes(learner_cfg, device: torch.device) -> dict[str, bool]:
     """``learner.compile`` / ``cudagraph`` / ``precision`` resolved for ``device``:
-    ``auto`` is on for CUDA and off for the CPU (config validation refused CUDA-only
-    modes on a CPU)."""
+    ``auto`` is on for CUDA and off for the CPU; CUDA-only modes on a CPU are refused
+    (on a CPU torchrl's stepper would silently train in fp32)."""
     cuda = device.type == "cuda"
+    if not cuda and learner_cfg.cudagraph == "true":
+        raise ConfigError(
+            "learner.cudagraph: CUDA graphs need the learner on CUDA and it runs on the "
+            "CPU here; allowed: auto, false"
+        )
+    if not cuda and learner_cfg.precision == "bf16":  # torchrl autocasts CUDA only
+        raise ConfigError(
+            "learner.precision: bf16 autocast needs the learner on CUDA and it runs on the "
+            "CPU here; allowed: auto, fp32"
+        )
 
     def tristate(value: str) -> bool:
         return cuda if value == "auto" else value == "true"

@@ -39,13 +39,13 @@ def main(argv: list[str] | None = None, build=build_parts) -> int:
     cfg = from_argv(sys.argv[1:] if argv is None else argv)
     world = World.from_environment()
     setup_logging(world.rank)
-    device = world.device(cfg.learner.device)
-    created = False
+    created: list[Path] = []  # the run directory and the parents made for it
     try:
+        device = world.device(cfg.learner.device)
         with process_group(world, device, cfg.learner.dist_timeout):
             logdir = Path(world.broadcast_object(cfg.run.logdir))  # rank 0's default timestamp
             if world.main:
-                created = not logdir.exists()
+                created = [p for p in (logdir, *logdir.parents) if not p.exists()]
                 logdir.mkdir(parents=True, exist_ok=True)
             with RunLock(logdir) if world.main else contextlib.nullcontext():
                 state = prepare_run_dir(cfg, logdir) if world.main else None
@@ -55,7 +55,10 @@ def main(argv: list[str] | None = None, build=build_parts) -> int:
                 return train(cfg, logdir, state, world, device, build)
     except (ConfigError, RunLockedError) as error:
         if created:  # refused before any training: leave no half-created run directory
-            shutil.rmtree(logdir, ignore_errors=True)
+            shutil.rmtree(created[0], ignore_errors=True)
+            for parent in created[1:]:
+                with contextlib.suppress(OSError):  # another run may have made it since
+                    parent.rmdir()
         print(f"error: {_ranked(world, error)}", file=sys.stderr)
         return 2
     except (NonFiniteError, CollectorError) as error:
@@ -86,8 +89,8 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
         return 0
     if world.main and (note := path_note(bool(parts.spaces.image_keys))):
         log.warning(note)
-    collector.start()
     writer = MetricsWriter.from_config(cfg, logdir) if world.main else None
+    collector.start()
     evaluation = None
     if world.main and 0 < cfg.eval.every <= cfg.run.steps:  # an evaluation is due
         evaluation = PeriodicEvaluation(cfg, logdir, parts, writer, start)

@@ -12,9 +12,10 @@ import yaml
 from omegaconf import OmegaConf
 
 from dreamer.config import ConfigError, load, resolved_logdir
+from dreamer.dist import World
 
 SECTIONS = {"env", "model", "run", "replay", "collector", "learner", "eval", "logger"}
-CLI = "import sys; from dreamer.config import from_argv; from_argv(sys.argv[1:])"
+CLI = "import sys; from dreamer.train import main; sys.exit(main(sys.argv[1:]))"
 
 # deter, hidden, classes, cnn_depth, units (DreamerV3 author's configs.yaml)
 MODEL_DIMS = {
@@ -130,7 +131,7 @@ def test_cuda_requested_without_cuda(monkeypatch):
     torch = pytest.importorskip("torch")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ConfigError, match=r"^learner\.device: cuda requested.*allowed: auto, cpu$"):
-        load(["learner.device=cuda"])
+        World().device(load(["learner.device=cuda"]).learner.device)
 
 
 BAD = [
@@ -215,15 +216,14 @@ BAD = [
 FORKED_CLI = """
 import json, os, sys
 import gymnasium, torch  # what validation imports, loaded once before the forks
-from dreamer.config import from_argv
+from dreamer.train import main
 out = sys.argv[1]
 for i, row in enumerate(json.loads(sys.argv[2])):
     pid = os.fork()
     if pid == 0:
         os.dup2(os.open(os.path.join(out, f"{i}.err"), os.O_WRONLY | os.O_CREAT), 2)
-        code = 0
         try:
-            from_argv(row)
+            code = main(row)
         except SystemExit as stop:
             code = stop.code if isinstance(stop.code, int) else 1
         except BaseException:

@@ -66,7 +66,7 @@ def untrained_run(logdir: Path, kind: str):
     """A run directory whose checkpoint holds a freshly built tiny agent (no training:
     these tests are about the acting path, not what was learned). Returns the agent
     and the env config node."""
-    cfg = config.load(["model=tiny", *ENVS[kind][0], f"run.logdir={logdir}"], machine=False)
+    cfg = config.load(["model=tiny", *ENVS[kind][0], f"run.logdir={logdir}"])
     env = env_config(OmegaConf.to_container(cfg.env), logdir)
     spaces, _ = describe_env(env, 0)
     torch.manual_seed(5)

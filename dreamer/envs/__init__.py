@@ -11,7 +11,10 @@ episode step counter and return, and zero-initialised ``state``/``belief``/
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.util
 import logging
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -168,12 +171,75 @@ def env_config(env, logdir: Path):
     return env
 
 
+def check_env(env) -> None:
+    """What the machine must offer for ``env``: its package (one ``ConfigError`` line
+    with the pip command), and a task, game or gymnasium id that package has."""
+    from dreamer.config import ConfigError
+
+    name = env["name"]
+    package = {"dmc": "dm_control", "atari": "ale_py", "minedojo": "minedojo"}.get(name)
+    if package and not _installed(package):
+        extra = " (MineDojo also needs gym 0.21, numpy<2, JDK 8 and xvfb: see README)"
+        raise ConfigError(
+            f"env: {name} needs {package}; install it with pip install -e '.[{name}]'"
+            + (extra if name == "minedojo" else "")
+        )
+    if name == "dmc":
+        from dreamer.envs.dmc import split_task, task_names
+
+        try:
+            split_task(env["task"])
+        except KeyError:
+            names = ", ".join(sorted(task_names()))
+            raise ConfigError(
+                f"env.task: unknown DMC task {env['task']!r}; allowed: {names}"
+            ) from None
+    elif name == "atari":
+        from dreamer.envs.atari import game_names
+
+        if env["game"] not in game_names():
+            names = ", ".join(game_names())
+            raise ConfigError(f"env.game: unknown Atari game {env['game']!r}; allowed: {names}")
+    elif name in ("cartpole", "gym"):
+        _check_gym_id(env["id"])
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ValueError:  # sys.modules[module] is None: imports of it are blocked
+        return False
+
+
+def _check_gym_id(env_id: str) -> None:
+    """A registered gymnasium id, or ``package.module:Id-v0`` whose module registers it."""
+    from dreamer.config import ConfigError
+
+    module, _, name = env_id.rpartition(":")
+    if env_id.startswith("ALE/"):  # ale-py registers its ids only when imported
+        if not _installed("ale_py"):
+            raise ConfigError(
+                f"env.id: {env_id} needs ale-py; install it with pip install -e '.[atari]'"
+            )
+        module = "ale_py"
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise ConfigError(f"env.id: cannot import {module!r} for {env_id!r}: {error}") from None
+    if module == "ale_py":
+        gymnasium.register_envs(sys.modules["ale_py"])
+    if (name if ":" in env_id else env_id) not in gymnasium.envs.registry:
+        raise ConfigError(f"env.id: unknown gymnasium id {env_id!r}")
+
+
 def describe_env(env, seed: int) -> tuple:
     """(spaces, achievement names) of the configured env, probed once in this process;
     a broken env is one ``ConfigError`` line, before any worker starts."""
     from dreamer.agent.spaces import spaces_from_env
     from dreamer.config import ConfigError
 
+    check_env(env)
     try:
         probe = make_env(env, seed)
     except ConfigError:
