@@ -19,7 +19,8 @@ a static batch of every worker, and then (b)'s driver policy runs on CUDA too.
 ``--json PATH`` writes ``{"<env>": {"limit": .., "stock": .., "chunk1": .., "chunk64": ..,
 "model": .., "models": {"<model>": {...}}, "machine": ..}}`` in env steps/s; the four
 top-level figures are size1m's (the goal's model) when it was measured. The trainer's
-start-up note on cheap envs quotes ``benchmarks/results/collect.json``.
+start-up note on cheap envs quotes ``benchmarks/results/collect.json``'s CartPole figures,
+copied into ``dreamer/collect.py`` (``MEASURED``; a test checks they agree).
 """
 
 from __future__ import annotations
@@ -44,9 +45,9 @@ from dreamer.collect import (  # noqa: E402
     build_policy,
     env_seeds,
     make_collector,
-    usable_cores,
 )
 from dreamer.config import load  # noqa: E402
+from dreamer.cores import usable_cores  # noqa: E402
 from dreamer.envs import describe_env, make_env  # noqa: E402
 
 ENVS = {"crafter": ["env=crafter"], "cartpole": ["env=cartpole"]}

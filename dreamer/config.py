@@ -1,6 +1,6 @@
-"""Configuration: one structured schema, YAML presets in ``conf/``, strict validation.
+"""Configuration: one structured schema, YAML presets in ``dreamer/conf/``, strict validation.
 
-``load(overrides)`` composes ``conf/config.yaml`` with Hydra's compose API, type-checks
+``load(overrides)`` composes ``dreamer/conf/config.yaml`` with Hydra's compose API, type-checks
 against the dataclass schema below (struct mode), range/choice-checks each field from its
 ``check``/``choices`` metadata, derives ``run.logdir`` and returns a read-only DictConfig.
 Every user error becomes a ``ConfigError`` whose message is one line naming the dotted key.
@@ -21,7 +21,7 @@ from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+CONF_DIR = Path(__file__).resolve().parent / "conf"  # package data: the wheel ships it
 GROUPS = ("env", "model", "experiment")  # config groups: directories under conf/
 USAGE = (
     "usage: python -m dreamer.train [-h] [--cfg job] [-m] [group=option ...] "
@@ -490,7 +490,7 @@ def resolved_logdir(cfg: DictConfig) -> Path:
 
 
 def load(overrides: list[str]) -> DictConfig:
-    """Compose conf/config.yaml with Hydra-style ``overrides``, validate, derive, freeze.
+    """Compose dreamer/conf/config.yaml with Hydra-style ``overrides``, validate, derive, freeze.
 
     The world size (``WORLD_SIZE`` from torchrun) takes part in validation. What the
     machine must offer (CUDA, an env's or tracker's package) is checked where it is

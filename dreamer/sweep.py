@@ -2,7 +2,7 @@
 
 Hydra's multirun expands the overrides into one job per combination and hands the
 jobs to its launcher: the basic one runs them here one after another; ``slurm``
-(``conf/hydra/launcher/slurm.yaml``, hydra-submitit-launcher) submits one SLURM job
+(``dreamer/conf/hydra/launcher/slurm.yaml``, hydra-submitit-launcher) submits one SLURM job
 each. A job is the same training as ``python -m dreamer.train <its overrides>``, in
 ``run.logdir`` = ``<hydra.sweep.dir>/<job number>`` unless the overrides name one.
 That directory does not change when SLURM requeues the job, so the requeued job

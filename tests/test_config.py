@@ -1,4 +1,4 @@
-"""Tests for the configuration layer (dreamer/config.py + conf/)."""
+"""Tests for the configuration layer (dreamer/config.py + dreamer/conf/)."""
 
 import json
 import re
