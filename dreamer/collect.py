@@ -58,6 +58,15 @@ def spread_affinity(worker: int) -> list[int]:
     return [cores[worker % len(cores)]]
 
 
+def check_machine(collector) -> None:
+    """Static-batch inference captures a CUDA graph: it needs a CUDA device."""
+    if collector["inference"]["static_batch"] and not torch.cuda.is_available():
+        raise ConfigError(
+            "collector.inference.static_batch: CUDA-graph inference needs a CUDA device "
+            "and none is available; allowed here: false"
+        )
+
+
 def make_collector(
     *,
     env,
@@ -85,11 +94,6 @@ def make_collector(
     grouped = collector["envs_per_worker"] > 1
     max_batch = inference["max_batch"] or envs
     static = max_batch if inference["static_batch"] else None
-    if static and not torch.cuda.is_available():
-        raise ConfigError(
-            "collector.inference.static_batch: CUDA-graph inference needs a CUDA device "
-            "and none is available; allowed here: false"
-        )
     policy_device = gpu if static else "cpu"  # CUDA-graph capture needs the policy there
     driver_threads = torch.get_num_threads()  # the probe policy pass changes it
     with rng_kept():  # the probe's env reset and policy pass draw from the driver's RNG

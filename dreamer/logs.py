@@ -16,15 +16,17 @@ from tqdm import tqdm
 
 
 def setup_logging(rank: int = 0) -> None:
-    """INFO lines from rank 0; the other ranks of a data-parallel job log warnings and
-    errors only, each line tagged with its rank."""
+    """INFO lines of ours from rank 0; the other ranks of a data-parallel job log
+    warnings and errors only, each line tagged with its rank. Other libraries (absl,
+    OpenGL, ...) log warnings and errors only."""
     tag = f"[rank {rank}] " if rank else ""
     logging.basicConfig(
-        level=logging.INFO if rank == 0 else logging.WARNING,
+        level=logging.WARNING,
         format=f"%(asctime)s %(levelname)s {tag}%(name)s: %(message)s",
         stream=sys.stderr,
         force=True,
     )
+    logging.getLogger("dreamer").setLevel(logging.INFO if rank == 0 else logging.WARNING)
     # torchrl logs its transport choice at INFO; keep it, silence the rest of its chatter.
     logging.getLogger("torchrl").setLevel(logging.INFO)
 

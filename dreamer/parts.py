@@ -12,7 +12,7 @@ import torch
 from dreamer import checkpoint
 from dreamer.agent.build import Agent, build_agent, latent_sizes
 from dreamer.agent.spaces import EnvSpaces
-from dreamer.collect import SelfHealingCollector, make_collector
+from dreamer.collect import SelfHealingCollector, check_machine, make_collector
 from dreamer.dist import Lockstep, World
 from dreamer.envs import describe_env, env_config
 from dreamer.episodes import EpisodeStats
@@ -57,6 +57,7 @@ class TrainingParts:
 def build_parts(
     cfg, logdir: Path, world: World, device: torch.device, make_learner=Learner
 ) -> TrainingParts:
+    check_machine(cfg.collector)
     env = env_config(cfg.env, logdir)
     spaces, achievements = describe_env(env, cfg.run.seed)
     torch.manual_seed(cfg.run.seed)  # a new run's weights (rank 0's reach every rank)
@@ -86,7 +87,7 @@ def build_parts(
             replay=replay,
             total=cfg.run.steps - steps.env_steps,  # the loop stops at run.steps before
             rank=world.rank,
-            gpu=str(world.device("cuda")),  # this rank's GPU, for static-batch inference
+            gpu=f"cuda:{world.local_rank}",  # this rank's GPU, for static-batch inference
         )
         collector.post_collect_hook = episodes
         collector.update_policy_weights_(agent.policy)

@@ -164,7 +164,7 @@ def action_note(env: EnvBase) -> str | None:
 def env_config(env, logdir: Path):
     """The ``env`` config node for the workers (it pickles), plus the run directory's
     paths."""
-    env = OmegaConf.create(env) if isinstance(env, dict) else env.copy()
+    env = OmegaConf.create(OmegaConf.to_container(env) if OmegaConf.is_config(env) else env)
     if env["name"] == "minedojo":
         with open_dict(env):
             env.launch_lock = str(logdir / "minedojo-launch.lock")
