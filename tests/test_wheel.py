@@ -83,7 +83,7 @@ def test_the_installed_package_composes_its_config_and_trains(venv, tmp_path):
 
     shown = run([venv, "-I", "-m", "dreamer.train", "--cfg", "job", "experiment=smoke"], tmp_path)
     composed = yaml.safe_load(shown.stdout)
-    expected = OmegaConf.to_container(load(["experiment=smoke"], machine=False))
+    expected = OmegaConf.to_container(load(["experiment=smoke"]))
     assert composed["env"] == expected["env"] and composed["model"] == expected["model"]
     assert composed["model"]["name"] == "tiny"  # the smoke preset's override took effect
 
