@@ -40,10 +40,10 @@ class MetricsWriter:
         self.path = logdir / "metrics.jsonl"
         self.file = self.path.open("a", encoding="utf-8")
         self.tensorboard = None
-        if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
+        if tensorboard:  # torchrl's logger: events under <logdir>/tensorboard
+            from torchrl.record.loggers import TensorboardLogger
 
-            self.tensorboard = SummaryWriter(str(logdir / "tensorboard"))
+            self.tensorboard = TensorboardLogger("tensorboard", str(logdir))
 
     @classmethod
     def from_config(cls, cfg, logdir: Path) -> MetricsWriter:
@@ -86,14 +86,14 @@ class MetricsWriter:
         if self.tensorboard is not None:
             for key, value in metrics.items():
                 if isinstance(value, int | float) and math.isfinite(value):
-                    self.tensorboard.add_scalar(key, value, step)
+                    self.tensorboard.log_scalar(key, value, step)
         for tracker in self.trackers:
             tracker.metrics(step, metrics)
 
     def close(self) -> None:
         self.file.close()
         if self.tensorboard is not None:
-            self.tensorboard.close()
+            self.tensorboard.experiment.close()
         for tracker in self.trackers:
             tracker.close()
 

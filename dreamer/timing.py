@@ -14,6 +14,9 @@ PHASES = ("collect_wait", "sample", "update", "sync", "log", "eval")
 
 
 class LoopTimers:
+    """Ours rather than torchrl's ``timeit``: that is one process-wide registry, where
+    the loop needs per-interval and whole-run sums side by side."""
+
     def __init__(self):
         self.started = self.flushed = time.perf_counter()
         self.interval = dict.fromkeys(PHASES, 0.0)
