@@ -53,8 +53,9 @@ class MetricsWriter:
         from dreamer.trackers import start_trackers
 
         use = list(cfg.logger.use)
-        logger = OmegaConf.to_container(cfg.logger)
-        trackers = start_trackers(use, logdir, logger, OmegaConf.to_container(cfg, resolve=True))
+        trackers = start_trackers(
+            use, logdir, cfg.logger, OmegaConf.to_container(cfg, resolve=True)
+        )
         return cls(logdir, tensorboard="tensorboard" in use, trackers=trackers)
 
     def log_file(self, path: Path) -> None:

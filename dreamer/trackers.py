@@ -71,7 +71,7 @@ class MlflowTracker:
 
     name = "mlflow"
 
-    def __init__(self, logdir: Path, cfg: dict):
+    def __init__(self, logdir: Path, cfg):
         for key, value in MLFLOW_RETRIES.items():
             os.environ.setdefault(key, value)
         self.logdir = logdir
@@ -124,7 +124,7 @@ class WandbTracker:
 
     name = "wandb"
 
-    def __init__(self, logdir: Path, cfg: dict):
+    def __init__(self, logdir: Path, cfg):
         self.logdir = logdir
         self.cfg = cfg
         self.run_id = _ids(logdir).get(self.name)
@@ -252,7 +252,7 @@ def _installed(module: str) -> bool:
         return False
 
 
-def start_trackers(names, logdir: Path, logger_cfg: dict, params: dict) -> list[TrackerThread]:
+def start_trackers(names, logdir: Path, logger_cfg, params: dict) -> list[TrackerThread]:
     """A thread per tracker in ``names`` (``logger.use``) that has one here."""
     for name in set(names) & set(TRACKERS):
         if not _installed(name):
