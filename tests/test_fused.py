@@ -80,7 +80,7 @@ def test_fused_losses_and_gradients_equal_torchrls(kind):
     if spaces is None:
         spaces, batch = real_batch(cfg, cfg.replay.batch, cfg.replay.length)
     else:
-        batch = synthetic_batch(spaces, cfg.model, cfg.replay.batch, cfg.replay.length)
+        batch = synthetic_batch(spaces, cfg.replay.batch, cfg.replay.length)
     torch.manual_seed(0)
     loss = build_agent(cfg.model, cfg.learner, spaces).loss
     fused = FusedDreamerV3Loss(loss)
