@@ -19,7 +19,8 @@ a static batch of every worker, and then (b)'s driver policy runs on CUDA too.
 ``--json PATH`` writes ``{"<env>": {"limit": .., "stock": .., "chunk1": .., "chunk64": ..,
 "model": .., "models": {"<model>": {...}}, "machine": ..}}`` in env steps/s; the four
 top-level figures are size1m's (the goal's model) when it was measured. The trainer's
-start-up note on cheap envs quotes ``benchmarks/results/collect.json``.
+start-up note on cheap envs quotes ``benchmarks/results/collect.json``'s CartPole figures,
+copied into ``dreamer/collect.py`` (``MEASURED``; a test checks they agree).
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ import time
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 from torchrl.collectors import Collector
 from torchrl.envs import SerialEnv
 
@@ -45,11 +45,10 @@ from dreamer.collect import (  # noqa: E402
     build_policy,
     env_seeds,
     make_collector,
-    usable_cores,
 )
 from dreamer.config import load  # noqa: E402
-from dreamer.envs import make_env  # noqa: E402
-from dreamer.train import describe_env  # noqa: E402
+from dreamer.cores import usable_cores  # noqa: E402
+from dreamer.envs import describe_env, make_env  # noqa: E402
 
 ENVS = {"crafter": ["env=crafter"], "cartpole": ["env=cartpole"]}
 PATHS = ("limit", "stock", "chunk1", "chunk64")
@@ -71,9 +70,8 @@ class Setup:
     def __init__(self, env_name: str, model: str, workers: int, overrides: list[str]):
         cfg = load([*ENVS[env_name], f"model={model}", f"run.envs={workers}", *overrides])
         self.cfg = cfg
-        self.env = OmegaConf.to_container(cfg.env)
-        self.model = OmegaConf.to_container(cfg.model)
-        self.learner = OmegaConf.to_container(cfg.learner)
+        self.env = cfg.env
+        self.model = cfg.model
         self.spaces, _ = describe_env(self.env, 0)
         self.latent = latent_sizes(cfg.model)
         self.workers = workers
@@ -94,7 +92,7 @@ class Setup:
         ]
         device = "cuda" if self.cfg.collector.inference.static_batch else "cpu"
         threads = torch.get_num_threads()
-        policy = build_policy(self.model, self.learner, self.spaces, 0, threads, device)
+        policy = build_policy(self.model, self.spaces, 0, threads, device)
         collector = Collector(
             SerialEnv(self.workers, makers),
             policy,
@@ -110,11 +108,11 @@ class Setup:
             collector.shutdown()
 
     def asynchronous(self, chunk: int, seconds: float, warmup: float) -> float:
-        collector_cfg = OmegaConf.to_container(self.cfg.collector) | {"chunk": chunk}
+        collector_cfg = self.cfg.collector.copy()
+        collector_cfg.chunk = chunk
         collector = make_collector(
             env=self.env,
             model=self.model,
-            learner=self.learner,
             spaces=self.spaces,
             latent=self.latent,
             envs=self.workers,

@@ -106,7 +106,7 @@ else
 fi
 
 $PY -c "import sys, torch; print('python', sys.version.split()[0], '| torch', torch.__version__,
-'| cuda', torch.cuda.is_available() and torch.cuda.get_device_name(0), '| cores', __import__('os').cpu_count())"
+'| cuda', torch.cuda.is_available() and torch.cuda.get_device_name(0), '| usable cores', __import__('dreamer.cores').cores.usable_cores(), 'of', __import__('os').cpu_count())"
 if ((!DRY)); then
   $PY -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'" || exit 1
 fi

@@ -230,6 +230,8 @@ def main() -> int:
     args = parser.parse_args()
     import torch  # after argparse: --help without torch
 
+    from dreamer.cores import usable_cores
+
     roof = read_json(args.work / "roof.json")
     cuda = torch.cuda.is_available()
     report = {
@@ -238,7 +240,7 @@ def main() -> int:
         "command": "bash benchmarks/gpu_check.sh" + (" --dry-run" if args.dry_run else ""),
         "torch": torch.__version__,
         "python": sys.version.split()[0],
-        "cores": __import__("os").cpu_count(),
+        "cores": usable_cores(),
         "steps": steps(args.work),
         "roof": roof,
         "learner": learner(args.work, (roof or {}).get("flops_per_s")),

@@ -182,7 +182,7 @@ def main() -> int:
         spaces, batch = real_batch(cfg, args.batch, args.length)
     else:
         spaces = vector_spaces()
-        batch = synthetic_batch(spaces, cfg.model, args.batch, args.length)
+        batch = synthetic_batch(spaces, args.batch, args.length)
 
     def agent(learner_cfg=cfg.learner):
         """Fresh weights (seed 0); ``learner_cfg`` matters: imag_starts is built in."""

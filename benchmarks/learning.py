@@ -34,8 +34,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from dreamer.eval_worker import EvalResult  # noqa: E402
 from dreamer.evaluate import evaluate  # noqa: E402
-from dreamer.evaluation import EvalResult  # noqa: E402
 from dreamer.reports import crafter_score  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -96,7 +96,7 @@ def random_reference(check: Check, overrides: list[str], episodes: int) -> float
     from dreamer.config import load
     from dreamer.envs import make_env
     from dreamer.envs.crafter import ACHIEVEMENTS
-    from dreamer.evaluation import summarize
+    from dreamer.eval_worker import summarize
 
     cfg = load([*check.overrides, *overrides])
     env = make_env(OmegaConf.to_container(cfg.env), seed=123_456)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import sys
 import tempfile
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dreamer.cores import usable_cores
 from dreamer.render import RenderPool
 
 
@@ -70,7 +70,7 @@ def main() -> int:
         for workers in args.workers:
             pool_s[str(workers)], hashes = draw(jobs, root / f"pool{workers}", workers)
             identical &= hashes == reference and len(hashes) == args.figures
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     print(f"{args.figures} open-loop figures, {cores} cores")
     print(f"serial: {serial_s:.1f} s")
     for workers, seconds in pool_s.items():

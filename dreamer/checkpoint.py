@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -20,7 +21,9 @@ from typing import Protocol
 
 import torch
 from filelock import FileLock, Timeout
+from torchrl.checkpoint import GlobalRNGState
 
+log = logging.getLogger("dreamer")
 PREFIX = "checkpoint-"
 REQUEUE_EXIT = 75  # EX_TEMPFAIL: checkpointed after SIGTERM/SIGUSR1/SIGUSR2; rerun to resume
 INTERRUPT_EXIT = 130  # checkpointed after Ctrl-C
@@ -39,7 +42,10 @@ class CheckpointError(OSError):
 
 def save(logdir: Path, step: int, state: dict, keep: int = 3) -> Path:
     """Write atomically; on failure (disk full, quota) the previous checkpoints stay
-    intact, the partial file is removed and ``CheckpointError`` says why."""
+    intact, the partial file is removed and ``CheckpointError`` says why.
+
+    Ours rather than torchrl's ``CheckpointRotation``: that one renames without fsync,
+    so a power loss or kill -9 right after a save can leave neither checkpoint."""
     folder = checkpoint_dir(logdir)
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / f"{PREFIX}{step:012d}.pt"
@@ -143,14 +149,46 @@ class Registry:
                 part.load_state_dict(state[name])
 
 
-class TorchRng:
-    """torch's global RNG as a registry part."""
+class Saver:
+    """Writes the registry's parts, and ``extras``, as the checkpoint of an env step;
+    a failed write is logged and leaves the previous checkpoints as they were."""
 
-    def state_dict(self) -> dict:
-        return {"cpu": torch.get_rng_state()}
+    def __init__(self, logdir: Path, registry: Registry, extras: dict, keep: int):
+        self.logdir, self.registry, self.extras, self.keep = logdir, registry, extras, keep
+
+    def __call__(self, step: int) -> bool:
+        state = self.registry.state_dict() | self.extras
+        try:
+            path = save(self.logdir, step, state, keep=self.keep)
+        except CheckpointError as error:
+            log.error("%s; the previous checkpoint is kept, retrying at the next interval", error)
+            return False
+        log.info("checkpoint written: %s", path)
+        return True
+
+
+class RngState(GlobalRNGState):
+    """torchrl's process-wide RNG state (Python, NumPy, torch CPU and initialised
+    accelerators); checkpoints written before it hold torch's CPU state alone."""
 
     def load_state_dict(self, state: dict) -> None:
-        torch.set_rng_state(state["cpu"])
+        if "cpu" in state:
+            torch.set_rng_state(state["cpu"])
+            return
+        if not torch.cuda.is_available():  # a GPU run resumed on a CPU
+            state = {key: value for key, value in state.items() if key != "torch_cuda"}
+        super().load_state_dict(state)
+
+
+@contextlib.contextmanager
+def rng_kept():
+    """The process's RNG state as it was before the block, whatever the block drew."""
+    rng = RngState()
+    state = rng.state_dict()
+    try:
+        yield
+    finally:
+        rng.load_state_dict(state)
 
 
 class RunLockedError(RuntimeError):

@@ -6,11 +6,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-import json
 import logging
-import os
-from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 from tensordict import TensorDict
@@ -21,9 +17,11 @@ from torchrl.modules.inference_server import (
     ProcessSlotTransport,
 )
 
-from dreamer.agent.build import build_agent
+from dreamer.agent.build import build_acting
 from dreamer.agent.spaces import EnvSpaces
-from dreamer.checkpoint import children_keep_signals
+from dreamer.checkpoint import children_keep_signals, rng_kept
+from dreamer.config import ConfigError
+from dreamer.cores import allowed_cores, usable_cores
 from dreamer.envs import make_env
 from dreamer.relaunches import Relaunches
 
@@ -34,51 +32,56 @@ class CollectorError(RuntimeError):
     pass
 
 
-def build_policy(
-    model: dict, learner: dict, spaces: EnvSpaces, seed: int, threads: int, device: str = "cpu"
-):
-    """The acting policy, built identically in the driver and the inference process.
+def build_policy(model, spaces: EnvSpaces, seed: int, threads: int, device: str = "cpu"):
+    """The acting policy (encoder, RSSM cell, actor): built by torchrl in the inference
+    process, and once in the driver to probe the transport. Its weights come from the
+    learner's first push; the seed only makes a process's initial weights reproducible,
+    on a forked RNG so the caller's RNG (the driver's, restored from a checkpoint) does
+    not move.
 
     torch's thread count is not set by the inference process itself; on few cores
     its default oversubscribes (7 ms -> 100+ ms per forward), so it is set here.
     """
     torch.set_num_threads(threads)
-    torch.manual_seed(seed)
-    agent = build_agent(SimpleNamespace(**model), SimpleNamespace(**learner), spaces)
-    return agent.policy.to(device)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return build_acting(model, spaces).to(device)
 
 
 def env_seeds(seed: int, rank: int, count: int) -> list[int]:
     return [seed * 10_000 + rank * 1_000 + index for index in range(count)]
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity mask where the OS has one)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-
-
 def spread_affinity(worker: int) -> list[int]:
     """``collector.worker_affinity=spread``: worker i runs on the i-th allowed core."""
-    cores = sorted(os.sched_getaffinity(0))
+    cores = allowed_cores()
     return [cores[worker % len(cores)]]
+
+
+def check_machine(collector) -> None:
+    """Static-batch inference captures a CUDA graph: it needs a CUDA device."""
+    if collector["inference"]["static_batch"] and not torch.cuda.is_available():
+        raise ConfigError(
+            "collector.inference.static_batch: CUDA-graph inference needs a CUDA device "
+            "and none is available; allowed here: false"
+        )
 
 
 def make_collector(
     *,
-    env: dict,
-    model: dict,
-    learner: dict,
+    env,
+    model,
     spaces: EnvSpaces,
     latent: tuple[int, int],
     envs: int,
-    collector: dict,
+    collector,
     seed: int,
     replay,
     total: int = -1,
     rank: int = 0,
     gpu: str = "cuda",
 ) -> AsyncBatchedCollector:
-    """``collector``: the config's collector node. One env per worker process (the
+    """``env``, ``model``, ``collector``: the config's nodes. One env per worker process (the
     default) reaches a dedicated inference process through shared-memory slots and
     sends ``collector.chunk`` transitions per message; ``envs_per_worker > 1`` groups
     envs in fewer processes, which torchrl then serves from a thread of this process.
@@ -93,31 +96,32 @@ def make_collector(
     static = max_batch if inference["static_batch"] else None
     policy_device = gpu if static else "cpu"  # CUDA-graph capture needs the policy there
     driver_threads = torch.get_num_threads()  # the probe policy pass changes it
-    result = AsyncBatchedCollector(
-        env_fns,
-        policy_factory=functools.partial(
-            build_policy, model, learner, spaces, seed, collector["threads"], policy_device
-        ),
-        frames_per_batch=collector["chunk"] * envs,
-        total_frames=total,
-        env_backend="multiprocessing",
-        transport="auto",
-        envs_per_worker=collector["envs_per_worker"],
-        transition_chunk_size="auto" if grouped else collector["chunk"],
-        server_config=InferenceServerConfig(
-            max_batch_size=max_batch,
-            min_batch_size=inference["min_batch"],
-            timeout=inference["timeout"],
-            static_batch_size=static,
-        ),
-        device_config=InferenceDeviceConfig(
-            policy_device=policy_device, output_device="cpu", storing_device="cpu"
+    with rng_kept():  # the probe's env reset and policy pass draw from the driver's RNG
+        result = AsyncBatchedCollector(
+            env_fns,
+            policy_factory=functools.partial(
+                build_policy, model, spaces, seed, collector["threads"], policy_device
+            ),
+            frames_per_batch=collector["chunk"] * envs,
+            total_frames=total,
+            env_backend="multiprocessing",
+            transport="auto",
+            envs_per_worker=collector["envs_per_worker"],
+            transition_chunk_size="auto" if grouped else collector["chunk"],
+            server_config=InferenceServerConfig(
+                max_batch_size=max_batch,
+                min_batch_size=inference["min_batch"],
+                timeout=inference["timeout"],
+                static_batch_size=static,
+            ),
+            device_config=InferenceDeviceConfig(
+                policy_device=policy_device, output_device="cpu", storing_device="cpu"
+            )
+            if static
+            else None,
+            worker_affinity=spread_affinity if collector["worker_affinity"] == "spread" else None,
+            replay_buffer=replay,
         )
-        if static
-        else None,
-        worker_affinity=spread_affinity if collector["worker_affinity"] == "spread" else None,
-        replay_buffer=replay,
-    )
     torch.set_num_threads(driver_threads)
     transport = result._transport  # torchrl exposes no public accessor
     if not grouped and not isinstance(transport, ProcessSlotTransport):
@@ -143,41 +147,38 @@ def make_collector(
     return result
 
 
-MEASURED = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "collect.json"
+# CartPole env steps/s, torchrl's synchronous Collector vs this async path at chunk 64,
+# per model, as `python benchmarks/collect.py --json benchmarks/results/collect.json`
+# measured them (that file's "cartpole" entry); held here so an installed package
+# needs no benchmark files. Re-measure there and update both together.
+MEASURED_ON = "2 cores, 2 workers, x86_64"
+MEASURED = {"tiny": {"stock": 981, "chunk64": 723}, "size1m": {"stock": 976, "chunk64": 642}}
 FEW_CORES = 4  # up to here the async path was measured to lose on cheap envs
 
 
-def path_note(has_images: bool, measured: Path = MEASURED) -> str | None:
+def path_note(has_images: bool) -> str | None:
     """Where this async path loses to torchrl's synchronous Collector (a cheap vector env
     on few cores), say so with the numbers benchmarks/collect.py measured."""
     cores = usable_cores()
     if has_images or cores > FEW_CORES:
         return None
-    try:
-        measured_env = json.loads(measured.read_text())["cartpole"]
-        models = measured_env["models"]
-    except (OSError, ValueError, KeyError, TypeError):
-        measured_env, models = {}, {}
     figures = "; ".join(
-        f"model={model}: synchronous {rates['stock']:.0f} vs async chunked "
-        f"{rates['chunk64']:.0f} env steps/s"
-        for model, rates in models.items()
+        f"model={model}: synchronous {rates['stock']} vs async chunked {rates['chunk64']}"
+        " env steps/s"
+        for model, rates in MEASURED.items()
     )
-    machine = measured_env.get("machine")
-    measured_on = f" (benchmarks/collect.py on CartPole, {machine}: {figures})"
     return (
         f"collector: a vector-only env on {cores} cores, where torchrl's synchronous "
-        "Collector collects faster than this async path"
-        + (measured_on if figures else "")
-        + "; time/collect_wait_s in the metrics shows whether collection limits this run; "
-        "benchmarks/collect.py measures this machine"
+        f"Collector collects faster than this async path (benchmarks/collect.py on "
+        f"CartPole, {MEASURED_ON}: {figures}); time/collect_wait_s in the metrics shows "
+        "whether collection limits this run; benchmarks/collect.py measures this machine"
     )
 
 
 DONE = object()
 
 
-class Collection:
+class SelfHealingCollector:
     """Iterates a collector, and replaces it when it fails.
 
     torchrl's ``AsyncBatchedCollector`` raises within about a second when an env worker
@@ -215,12 +216,25 @@ class Collection:
         return self.current is not None and self.current._server.is_alive
 
     def push(self, policy, timeout: float) -> None:
-        """The policy's weights to the inference process, waiting at most ``timeout`` s
-        (TimeoutError). ``update_policy_weights_`` waits torchrl's 300 s for a starved
-        (stopped, swapped out) process, and the learner with it; a push left behind is
-        taken by the process when it resumes, before any later one."""
+        """The policy's weights to the inference process, waiting at most ``timeout`` s.
+
+        ``update_policy_weights_`` would wait torchrl's 300 s for a starved (stopped,
+        swapped out) process, and the learner with it; a push that times out is logged
+        and taken by the process when it resumes, before any later one. A dead server
+        is replaced with its collector when the collector reports it."""
         weights = TensorDict.from_module(policy).detach().clone()  # as torchrl's own push
-        self.current._server.update_model_weights(weights, timeout=timeout)
+        try:
+            self.current._server.update_model_weights(weights, timeout=timeout)
+        except TimeoutError as error:
+            log.warning(
+                "weight push: %s (waited %.0f s); the policy keeps its weights until the next push",
+                error,
+                timeout,
+            )
+        except RuntimeError as error:
+            if self.server_alive():
+                raise
+            log.warning("weight push failed, the inference server is gone: %s", error)
 
     def __iter__(self):
         failures = 0

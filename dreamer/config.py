@@ -1,6 +1,6 @@
-"""Configuration: one structured schema, YAML presets in ``conf/``, strict validation.
+"""Configuration: one structured schema, YAML presets in ``dreamer/conf/``, strict validation.
 
-``load(overrides)`` composes ``conf/config.yaml`` with Hydra's compose API, type-checks
+``load(overrides)`` composes ``dreamer/conf/config.yaml`` with Hydra's compose API, type-checks
 against the dataclass schema below (struct mode), range/choice-checks each field from its
 ``check``/``choices`` metadata, derives ``run.logdir`` and returns a read-only DictConfig.
 Every user error becomes a ``ConfigError`` whose message is one line naming the dotted key.
@@ -21,7 +21,7 @@ from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+CONF_DIR = Path(__file__).resolve().parent / "conf"  # package data: the wheel ships it
 GROUPS = ("env", "model", "experiment")  # config groups: directories under conf/
 USAGE = (
     "usage: python -m dreamer.train [-h] [--cfg job] [-m] [group=option ...] "
@@ -382,77 +382,6 @@ def check_value(override: str) -> tuple[str, Any]:
     return key, node[name]
 
 
-def _check_machine(cfg: DictConfig) -> None:
-    """What this machine must offer for the config: CUDA for CUDA graphs, bf16 autocast
-    and static-batch inference (torchrl's stepper autocasts CUDA only; on a CPU it would
-    silently train in fp32), and the package an env needs (minedojo, dmc, atari)."""
-    import torch
-
-    learner = cfg.learner
-    cuda = torch.cuda.is_available()
-    if learner.device == "cuda" and not cuda:
-        raise ConfigError(
-            "learner.device: cuda requested but no CUDA device is available; allowed: auto, cpu"
-        )
-    if learner.device == "cpu" or not cuda:
-        if learner.cudagraph == "true":
-            raise ConfigError(
-                "learner.cudagraph: CUDA graphs need the learner on CUDA and it runs on the "
-                "CPU here; allowed: auto, false"
-            )
-        if learner.precision == "bf16":
-            raise ConfigError(
-                "learner.precision: bf16 autocast needs the learner on CUDA and it runs on the "
-                "CPU here; allowed: auto, fp32"
-            )
-    if cfg.collector.inference.static_batch and not cuda:
-        raise ConfigError(
-            "collector.inference.static_batch: CUDA-graph inference needs a CUDA device "
-            "and none is available; allowed here: false"
-        )
-    _check_env_package(cfg.env)
-    for tracker in ("wandb", "mlflow"):
-        if tracker in cfg.logger.use and not _installed(tracker):
-            raise ConfigError(
-                f"logger: {tracker} is not installed; install it with pip install -e '.[{tracker}]'"
-            )
-    if cfg.env.name == "minedojo":
-        if not _installed("minedojo"):
-            raise ConfigError(
-                "env: minedojo is not installed; install it with pip install -e '.[minedojo]'"
-                " (MineDojo also needs gym 0.21, numpy<2, JDK 8 and xvfb: see README)"
-            )
-
-
-def _check_env_package(env: DictConfig) -> None:
-    """env=dmc/atari: the extra is installed and the task or game is one it has."""
-    import importlib.util
-
-    package = {"dmc": "dm_control", "atari": "ale_py"}.get(env.name)
-    if package is None:
-        return
-    if importlib.util.find_spec(package) is None:
-        raise ConfigError(
-            f"env: {env.name} needs {package}; install it with pip install -e '.[{env.name}]'"
-        )
-    if env.name == "dmc":
-        from dreamer.envs.dmc import split_task, task_names
-
-        try:
-            split_task(env.task)
-        except KeyError:
-            names = ", ".join(sorted(task_names()))
-            raise ConfigError(
-                f"env.task: unknown DMC task {env.task!r}; allowed: {names}"
-            ) from None
-    else:
-        from dreamer.envs.atari import game_names
-
-        if env.game not in game_names():
-            names = ", ".join(game_names())
-            raise ConfigError(f"env.game: unknown Atari game {env.game!r}; allowed: {names}")
-
-
 def _check_world(cfg: DictConfig, ranks: int) -> None:
     """``run.envs`` and ``replay.batch`` are the whole job's; each of ``ranks`` ranks
     takes an equal share."""
@@ -517,40 +446,6 @@ def _check_lists(cfg: DictConfig) -> None:
         )
 
 
-def _installed(module: str) -> bool:
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ValueError:  # sys.modules[module] is None: imports of it are blocked
-        return False
-
-
-def _check_gym_id(env_id: str) -> None:
-    """A registered gymnasium id, or ``package.module:Id-v0`` whose module registers it."""
-    import importlib
-    import importlib.util
-
-    import gymnasium
-
-    module, _, name = env_id.rpartition(":")
-    if env_id.startswith("ALE/"):  # ale-py registers its ids only when imported
-        if importlib.util.find_spec("ale_py") is None:
-            raise ConfigError(
-                f"env.id: {env_id} needs ale-py; install it with pip install -e '.[atari]'"
-            )
-        module = "ale_py"
-    if module:
-        try:
-            importlib.import_module(module)
-        except ImportError as error:
-            raise ConfigError(f"env.id: cannot import {module!r} for {env_id!r}: {error}") from None
-    if module == "ale_py":
-        gymnasium.register_envs(sys.modules["ale_py"])
-    if (name if ":" in env_id else env_id) not in gymnasium.envs.registry:
-        raise ConfigError(f"env.id: unknown gymnasium id {env_id!r}")
-
-
 def _validate(cfg: DictConfig, ranks: int) -> None:
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing == ["env.id"]:
@@ -573,9 +468,7 @@ def _validate(cfg: DictConfig, ranks: int) -> None:
         )
     _check_collector(cfg.collector, envs)
     _check_lists(cfg)
-    if cfg.env.name in ("cartpole", "gym"):
-        _check_gym_id(cfg.env.id)
-    elif cfg.env.name in ("atari", "crafter", "cue", "dmc") and cfg.env.size < 16:
+    if cfg.env.name in ("atari", "crafter", "cue", "dmc") and cfg.env.size < 16:
         raise ConfigError(f"env.size: must be >= 16 for env={cfg.env.name}, got {cfg.env.size}")
 
 
@@ -596,11 +489,13 @@ def resolved_logdir(cfg: DictConfig) -> Path:
     return Path("runs") / cfg.env.name / time.strftime("%Y%m%d-%H%M%S")
 
 
-def load(overrides: list[str], machine: bool = True) -> DictConfig:
-    """Compose conf/config.yaml with Hydra-style ``overrides``, validate, derive, freeze.
+def load(overrides: list[str]) -> DictConfig:
+    """Compose dreamer/conf/config.yaml with Hydra-style ``overrides``, validate, derive, freeze.
 
-    The world size (``WORLD_SIZE`` from torchrun) takes part in validation; ``machine``
-    also checks what this machine must offer (CUDA, the minedojo package)."""
+    The world size (``WORLD_SIZE`` from torchrun) takes part in validation. What the
+    machine must offer (CUDA, an env's or tracker's package) is checked where it is
+    needed: ``World.device``, ``learner_modes``, ``collect.check_machine``, ``check_env``,
+    ``start_trackers``."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
@@ -635,8 +530,6 @@ def load(overrides: list[str], machine: bool = True) -> DictConfig:
     from dreamer.dist import World
 
     _validate(cfg, World.from_environment().size)
-    if machine:
-        _check_machine(cfg)
     cfg.run.logdir = str(resolved_logdir(cfg))
     OmegaConf.set_struct(cfg, True)
     OmegaConf.set_readonly(cfg, True)
@@ -738,8 +631,7 @@ def from_argv(argv: list[str]) -> DictConfig:
                 overrides.append(arg)
         if show not in (None, "job"):
             raise ConfigError(f"--cfg: unknown option {show!r}; allowed: job")
-        # --cfg job shows a config for any machine (e.g. a 4-GPU preset on a laptop)
-        cfg = load(overrides, machine=show is None)
+        cfg = load(overrides)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -54,6 +54,12 @@ class World:
 
     def device(self, name: str) -> torch.device:
         """``learner.device`` for this rank: ``auto``/``cuda`` mean this rank's own GPU."""
+        if name == "cuda" and not torch.cuda.is_available():
+            from dreamer.config import ConfigError
+
+            raise ConfigError(
+                "learner.device: cuda requested but no CUDA device is available; allowed: auto, cpu"
+            )
         cuda = name == "cuda" or (name == "auto" and torch.cuda.is_available())
         return torch.device("cuda", self.local_rank) if cuda else torch.device("cpu")
 
@@ -124,14 +130,14 @@ class GradientAverager:
 
 
 class Lockstep:
-    """The loop's decisions, taken by all ranks together.
+    """The loop's decisions, taken by all ranks together, and the run's env step count.
 
-    Once per loop iteration every rank contributes the env steps its own workers took,
-    whether it got a stop signal and whether its replay shard can be sampled; one
-    all-reduce gives every rank the same totals, so all run the same number of updates
-    (each with its gradient all-reduce) and leave the loop at the same iteration.
-    ``env_steps`` counts the steps of all ranks; it is what the run's schedule, logs and
-    checkpoints use. Alone (one rank) it is the worker steps themselves.
+    Once per loop iteration every rank contributes the env steps its own workers took
+    since it started, whether it got a stop signal and whether its replay shard can be
+    sampled; one all-reduce gives every rank the same totals, so all run the same number
+    of updates (each with its gradient all-reduce) and leave the loop at the same
+    iteration. ``env_steps`` counts the steps of all ranks over resumes: the one count
+    the schedules, logs and checkpoints use.
     """
 
     def __init__(self, world: World, device: torch.device):
@@ -139,14 +145,11 @@ class Lockstep:
         self.device = device
         self.env_steps = 0  # all ranks' steps, as of the last call (or the checkpoint)
         self._base = 0  # env_steps when this process started (or resumed)
-        self._local_base = 0  # this rank's own worker steps then
 
-    def start(self, local_steps: int) -> None:
-        self._base, self._local_base = self.env_steps, local_steps
-
-    def __call__(self, local_steps: int, stop: bool, ready: bool) -> tuple[int, bool, bool]:
-        """(env steps of all ranks, any rank stopping, every rank's replay ready)."""
-        mine = local_steps - self._local_base
+    def __call__(self, worker_steps: int, stop: bool, ready: bool) -> tuple[int, bool, bool]:
+        """(env steps of all ranks, any rank stopping, every rank's replay ready), from
+        this rank's ``worker_steps`` since it started."""
+        mine = worker_steps
         if self.world.distributed:
             totals = torch.tensor(
                 [mine, float(stop), float(not ready)], dtype=torch.float64, device=self.device
@@ -160,4 +163,4 @@ class Lockstep:
         return {"env_steps": self.env_steps}
 
     def load_state_dict(self, state: dict) -> None:
-        self.env_steps = state["env_steps"]
+        self.env_steps = self._base = state["env_steps"]

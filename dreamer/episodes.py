@@ -9,10 +9,13 @@ from dreamer.envs import ACHIEVEMENTS_KEY, RESTART_KEY
 
 
 class EpisodeStats:
-    """Registered as the collector's post-collect hook: sees every transition once."""
+    """Registered as the collector's post-collect hook: sees every transition once.
+
+    ``worker_steps`` counts this process's env workers since it started; the run's env
+    step count (all ranks, over resumes) is ``Lockstep.env_steps``."""
 
     def __init__(self, achievement_names: tuple[str, ...] = ()):
-        self.env_steps = 0
+        self.worker_steps = 0
         self.episodes = 0
         self.restarts = 0  # simulator relaunches by the env adapters
         self.achievement_names = achievement_names
@@ -22,7 +25,7 @@ class EpisodeStats:
 
     def __call__(self, batch: TensorDictBase) -> None:
         batch = batch.reshape(-1)
-        self.env_steps += batch.numel()
+        self.worker_steps += batch.numel()
         restarts = batch.get(("next", RESTART_KEY), None)
         if restarts is not None:
             self.restarts += int(restarts.sum())
@@ -52,9 +55,8 @@ class EpisodeStats:
         return metrics
 
     def state_dict(self) -> dict:
-        return {"env_steps": self.env_steps, "episodes": self.episodes, "restarts": self.restarts}
+        return {"episodes": self.episodes, "restarts": self.restarts}
 
     def load_state_dict(self, state: dict) -> None:
-        self.env_steps = state["env_steps"]
         self.episodes = state["episodes"]
         self.restarts = state.get("restarts", 0)

@@ -19,12 +19,11 @@ from omegaconf import OmegaConf
 from dreamer import checkpoint
 from dreamer.agent.build import build_agent
 from dreamer.config import Config, ConfigError, check_value
-from dreamer.envs import env_config
-from dreamer.evaluation import EvalResult, EvalRunner
+from dreamer.envs import describe_env, env_config
+from dreamer.eval_worker import EvalResult, EvalRunner
 from dreamer.render import RenderPool, pool_size
 from dreamer.replay import SequenceReplay
 from dreamer.reports import submit_reports
-from dreamer.train import describe_env
 
 USAGE = (
     "usage: python -m dreamer.evaluate run.logdir=<dir> [eval.episodes=N] "
@@ -58,7 +57,7 @@ def evaluate(logdir: Path, reports: bool = False, **eval_overrides) -> EvalResul
     found = _checkpoint(logdir, eval_overrides.get("checkpoint"))
     cfg = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(logdir / "config.yaml"))
     cfg.eval = OmegaConf.merge(cfg.eval, eval_overrides)
-    env = env_config(OmegaConf.to_container(cfg.env), logdir)
+    env = env_config(cfg.env, logdir)
     spaces, achievements = describe_env(env, cfg.run.seed)
     agent = build_agent(cfg.model, cfg.learner, spaces)
     state = checkpoint.load(found)

@@ -10,6 +10,7 @@ from torchrl.trainers.algorithms import DreamerV3OptimizationStepper, DreamerV3O
 
 from dreamer.agent.build import Agent
 from dreamer.agent.fused import FusedDreamerV3Loss
+from dreamer.config import ConfigError
 from dreamer.dist import GradientAverager, World
 
 _NON_FINITE = re.compile(r"\b(nan|inf)\b", re.IGNORECASE)
@@ -61,9 +62,19 @@ class SkippingOptimizer(DreamerV3Optimizer):
 
 def learner_modes(learner_cfg, device: torch.device) -> dict[str, bool]:
     """``learner.compile`` / ``cudagraph`` / ``precision`` resolved for ``device``:
-    ``auto`` is on for CUDA and off for the CPU (config validation refused CUDA-only
-    modes on a CPU)."""
+    ``auto`` is on for CUDA and off for the CPU; CUDA-only modes on a CPU are refused
+    (on a CPU torchrl's stepper would silently train in fp32)."""
     cuda = device.type == "cuda"
+    if not cuda and learner_cfg.cudagraph == "true":
+        raise ConfigError(
+            "learner.cudagraph: CUDA graphs need the learner on CUDA and it runs on the "
+            "CPU here; allowed: auto, false"
+        )
+    if not cuda and learner_cfg.precision == "bf16":  # torchrl autocasts CUDA only
+        raise ConfigError(
+            "learner.precision: bf16 autocast needs the learner on CUDA and it runs on the "
+            "CPU here; allowed: auto, fp32"
+        )
 
     def tristate(value: str) -> bool:
         return cuda if value == "auto" else value == "true"
@@ -114,8 +125,9 @@ class Learner:
         # compiling and capturing happen in the stepper's warm-up, before the first update
         self._warm = not (self.modes["compile"] or self.modes["cudagraph"])
 
-    def update(self, batch: TensorDictBase) -> dict[str, float]:
-        """One optimizer step on a [batch, length] replay sample; returns the losses."""
+    def update(self, batch: TensorDictBase) -> dict[str, torch.Tensor]:
+        """One optimizer step on a [batch, length] replay sample; returns its scalar
+        losses as tensors on the learner's device (none for a skipped update)."""
         batch = batch.to(self.device)
         if not self._warm:
             self.stepper.warmup(batch)
@@ -142,13 +154,13 @@ class Learner:
                 f"(learner.max_skips={self.max_skips}); stopping with a checkpoint"
             )
         self.updates += 1
-        result = {
-            key: float(value)
-            for key, value in (metrics.items() if metrics is not None else ())
+        if metrics is None:
+            return {}
+        return {
+            key: value.detach()
+            for key, value in metrics.items()
             if isinstance(key, str) and value.numel() == 1
         }
-        result["learner/skipped"] = self.optimizer.skipped
-        return result
 
     def _skip_update(self) -> None:
         """No usable gradient from this batch: step with NaN gradients, which the

@@ -11,19 +11,22 @@ import sys
 import time
 from pathlib import Path
 
+import torch
 from tqdm import tqdm
 
 
 def setup_logging(rank: int = 0) -> None:
-    """INFO lines from rank 0; the other ranks of a data-parallel job log warnings and
-    errors only, each line tagged with its rank."""
+    """INFO lines of ours from rank 0; the other ranks of a data-parallel job log
+    warnings and errors only, each line tagged with its rank. Other libraries (absl,
+    OpenGL, ...) log warnings and errors only."""
     tag = f"[rank {rank}] " if rank else ""
     logging.basicConfig(
-        level=logging.INFO if rank == 0 else logging.WARNING,
+        level=logging.WARNING,
         format=f"%(asctime)s %(levelname)s {tag}%(name)s: %(message)s",
         stream=sys.stderr,
         force=True,
     )
+    logging.getLogger("dreamer").setLevel(logging.INFO if rank == 0 else logging.WARNING)
     # torchrl logs its transport choice at INFO; keep it, silence the rest of its chatter.
     logging.getLogger("torchrl").setLevel(logging.INFO)
 
@@ -37,10 +40,10 @@ class MetricsWriter:
         self.path = logdir / "metrics.jsonl"
         self.file = self.path.open("a", encoding="utf-8")
         self.tensorboard = None
-        if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
+        if tensorboard:  # torchrl's logger: events under <logdir>/tensorboard
+            from torchrl.record.loggers import TensorboardLogger
 
-            self.tensorboard = SummaryWriter(str(logdir / "tensorboard"))
+            self.tensorboard = TensorboardLogger("tensorboard", str(logdir))
 
     @classmethod
     def from_config(cls, cfg, logdir: Path) -> MetricsWriter:
@@ -50,8 +53,9 @@ class MetricsWriter:
         from dreamer.trackers import start_trackers
 
         use = list(cfg.logger.use)
-        logger = OmegaConf.to_container(cfg.logger)
-        trackers = start_trackers(use, logdir, logger, OmegaConf.to_container(cfg, resolve=True))
+        trackers = start_trackers(
+            use, logdir, cfg.logger, OmegaConf.to_container(cfg, resolve=True)
+        )
         return cls(logdir, tensorboard="tensorboard" in use, trackers=trackers)
 
     def log_file(self, path: Path) -> None:
@@ -83,14 +87,14 @@ class MetricsWriter:
         if self.tensorboard is not None:
             for key, value in metrics.items():
                 if isinstance(value, int | float) and math.isfinite(value):
-                    self.tensorboard.add_scalar(key, value, step)
+                    self.tensorboard.log_scalar(key, value, step)
         for tracker in self.trackers:
             tracker.metrics(step, metrics)
 
     def close(self) -> None:
         self.file.close()
         if self.tensorboard is not None:
-            self.tensorboard.close()
+            self.tensorboard.experiment.close()
         for tracker in self.trackers:
             tracker.close()
 
@@ -103,6 +107,51 @@ def _step(line: str) -> int | None:
         return json.loads(line)["env_steps"]
     except json.JSONDecodeError:
         return None
+
+
+class IntervalMeans:
+    """Means over a log interval of the learner's scalar losses. They are summed on
+    their device as they come and read to the host once per metrics row: a ``float()``
+    per loss and update would wait for the device at every update."""
+
+    def __init__(self):
+        self._sums: dict[str, torch.Tensor] = {}
+        self._counts: dict[str, int] = {}
+
+    def add(self, values: dict[str, torch.Tensor]) -> None:
+        for key, value in values.items():
+            value = value.detach().float()
+            if key in self._sums:
+                self._sums[key] += value
+            else:
+                self._sums[key] = value.clone()  # CUDA-graph outputs are overwritten
+            self._counts[key] = self._counts.get(key, 0) + 1
+
+    def flush(self) -> dict[str, float]:
+        if not self._sums:
+            return {}
+        keys = list(self._sums)
+        sums = torch.stack([self._sums[key] for key in keys]).cpu()  # the one device sync
+        counts = torch.tensor([self._counts[key] for key in keys], dtype=sums.dtype)
+        self._sums, self._counts = {}, {}
+        return dict(zip(keys, (sums / counts).tolist()))
+
+
+class Rates:
+    """Env steps and updates per second since the previous metrics row."""
+
+    def __init__(self, env_steps: int, updates: int):
+        self.time, self.env_steps, self.updates = time.perf_counter(), env_steps, updates
+
+    def __call__(self, env_steps: int, updates: int) -> dict[str, float]:
+        now = time.perf_counter()
+        elapsed = max(now - self.time, 1e-9)
+        rates = {
+            "env_steps_per_s": (env_steps - self.env_steps) / elapsed,
+            "updates_per_s": (updates - self.updates) / elapsed,
+        }
+        self.time, self.env_steps, self.updates = now, env_steps, updates
+        return rates
 
 
 class Progress:

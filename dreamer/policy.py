@@ -10,10 +10,10 @@ Only the encoder, the RSSM cell and the actor are built: no decoder, heads or lo
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf
 from tensordict import TensorDict
 from tensordict.nn import InteractionType, set_interaction_type
 
@@ -31,9 +31,16 @@ def acting_weights(loss_state: dict, model, learner, spaces: EnvSpaces) -> dict:
     The policy's modules are shared with the loss, so each policy entry *is* one loss
     entry; which one is read off a miniature agent of the same layout (its structure,
     not its sizes, decides the names), so the loss's nesting is not written out here."""
-    tiny = {**vars(model), "deter": 16, "hidden": 16, "stoch": 2, "classes": 8, "units": 8}
+    tiny = {
+        **OmegaConf.to_container(model),
+        "deter": 16,
+        "hidden": 16,
+        "stoch": 2,
+        "classes": 8,
+        "units": 8,
+    }
     tiny.update(cnn_depth=4, blocks=1, bins=3)  # torchrl's image decoder needs multiples of 8
-    agent = build_agent(SimpleNamespace(**tiny), learner, spaces)
+    agent = build_agent(OmegaConf.create(tiny), learner, spaces)
     owner = {id(value): name for name, value in agent.loss.state_dict(keep_vars=True).items()}
     names = {
         name: owner[id(value)] for name, value in agent.policy.state_dict(keep_vars=True).items()
@@ -41,16 +48,11 @@ def acting_weights(loss_state: dict, model, learner, spaces: EnvSpaces) -> dict:
     return {name: loss_state[source] for name, source in names.items()}
 
 
-def _namespace(node: dict) -> SimpleNamespace:
-    return SimpleNamespace(**node)
-
-
 def describe(state: dict, found: Path) -> EnvSpaces:
     """The checkpoint's env layout; older checkpoints lack it, so the env is probed."""
     if "spaces" in state:
         return spaces_from_dict(state["spaces"])
-    from dreamer.envs import env_config
-    from dreamer.train import describe_env
+    from dreamer.envs import describe_env, env_config
 
     cfg = state["config"]
     return describe_env(env_config(cfg["env"], found.parent.parent), cfg["run"]["seed"])[0]
@@ -77,7 +79,7 @@ class Policy:
         found = checkpoint.find(path)
         state = checkpoint.load_checked(found)
         cfg = state["config"]
-        model, learner = _namespace(cfg["model"]), _namespace(cfg["learner"])
+        model, learner = OmegaConf.create(cfg["model"]), OmegaConf.create(cfg["learner"])
         spaces = describe(state, found)
         module = build_acting(model, spaces)
         module.load_state_dict(acting_weights(state["learner"]["loss"], model, learner, spaces))

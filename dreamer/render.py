@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from dreamer.checkpoint import children_keep_signals
+from dreamer.cores import usable_cores
 from dreamer.relaunches import Relaunches
 
 log = logging.getLogger(__name__)
@@ -163,7 +164,7 @@ def pool_size(configured: int | None) -> int:
 
 
 def default_workers() -> int:
-    return min(os.cpu_count() or 1, 16)
+    return min(usable_cores(), 16)
 
 
 class RenderPool:

@@ -29,12 +29,11 @@ ENV_INDEX = "env_index"
 
 
 def replay_keys(obs_names: list[str]) -> list:
-    """The entries one DreamerV3 update reads; nothing else is stored."""
+    """The entries one DreamerV3 update reads; nothing else is stored. No latent: the
+    world model starts every window from zeros (``ZeroStartRollout``)."""
     return [
         "action",
         "is_init",
-        "state",
-        "belief",
         *[("next", name) for name in obs_names],
         ("next", "reward"),
         ("next", "done"),
@@ -177,6 +176,7 @@ class SequenceReplay:
             for storage, saved in zip(self.storages, state["streams"], strict=True):
                 if saved is not None:
                     storage.load_state_dict(saved)
+                    self._drop_unread(storage)
             return
         on_disk = torch.from_numpy(np.array(self._on_disk))
         # steps written after the checkpoint overwrote the oldest ones of full streams
@@ -188,6 +188,12 @@ class SequenceReplay:
             storage._storage = TensorDict.load_memmap(self._stream_dir(stream))
             storage.initialized = True
             storage._len = int(min(on_disk[stream], self.per_stream))
+            self._drop_unread(storage)
+
+    def _drop_unread(self, storage) -> None:
+        """Entries a replay of an older layout holds and no update reads (the acting
+        latents) are left out, so the new steps written next lack nothing."""
+        storage._storage = storage._storage.select(*self.keys)
 
     def digest(self) -> str:
         """A checksum of the steps a sample can read, stream by stream, oldest first."""

@@ -2,7 +2,7 @@
 
 Hydra's multirun expands the overrides into one job per combination and hands the
 jobs to its launcher: the basic one runs them here one after another; ``slurm``
-(``conf/hydra/launcher/slurm.yaml``, hydra-submitit-launcher) submits one SLURM job
+(``dreamer/conf/hydra/launcher/slurm.yaml``, hydra-submitit-launcher) submits one SLURM job
 each. A job is the same training as ``python -m dreamer.train <its overrides>``, in
 ``run.logdir`` = ``<hydra.sweep.dir>/<job number>`` unless the overrides name one.
 That directory does not change when SLURM requeues the job, so the requeued job
@@ -21,16 +21,15 @@ from dreamer.checkpoint import REQUEUE_EXIT
 from dreamer.config import CONF_DIR, register_schema
 
 
-def job(_cfg) -> int:
+def job(train_main, _cfg) -> int:
+    """One job of the sweep: ``train_main`` (``dreamer.train.main``) on its overrides."""
     from hydra.core.hydra_config import HydraConfig
-
-    from dreamer import train
 
     hydra = HydraConfig.get()
     overrides = list(hydra.overrides.task)
     if not any(override.startswith("run.logdir=") for override in overrides):
         overrides.append(f"run.logdir={Path(hydra.sweep.dir) / str(hydra.job.num)}")
-    code = train.main(overrides)
+    code = train_main(overrides)
     if code == REQUEUE_EXIT and "SLURM_JOB_ID" in os.environ:
         subprocess.run(["scontrol", "requeue", os.environ["SLURM_JOB_ID"]], check=False)
     elif code:
@@ -38,10 +37,14 @@ def job(_cfg) -> int:
     return code
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], train_main) -> int:
     import hydra
 
     register_schema()
     sys.argv = [sys.argv[0], *argv]
-    hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)(job)()
+
+    def sweep_job(cfg) -> int:
+        return job(train_main, cfg)
+
+    hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)(sweep_job)()
     return 0

@@ -3,14 +3,20 @@ total, so a user can tell a collection-bound run from a learner-bound one."""
 
 from __future__ import annotations
 
+import logging
+import statistics
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
+log = logging.getLogger("dreamer")
 PHASES = ("collect_wait", "sample", "update", "sync", "log", "eval")
 
 
 class LoopTimers:
+    """Ours rather than torchrl's ``timeit``: that is one process-wide registry, where
+    the loop needs per-interval and whole-run sums side by side."""
+
     def __init__(self):
         self.started = self.flushed = time.perf_counter()
         self.interval = dict.fromkeys(PHASES, 0.0)
@@ -56,3 +62,33 @@ class LoopTimers:
         shares = ", ".join(f"{name} {100 * s / wall:.0f}%" for name, s in self.total.items())
         other = 100 * (1 - sum(self.total.values()) / wall)
         return f"loop time: {wall:.0f} s; {shares}, other {other:.0f}%"
+
+
+class CpuSpeedNote:
+    """Without a GPU, one log line after the first ``sample`` updates: how long the
+    configured ``run.steps`` would take at this learner speed."""
+
+    sample = 5
+
+    def __init__(self, cfg, enabled: bool):
+        self.cfg = cfg
+        self.seconds: list[float] | None = [] if enabled else None
+
+    def __call__(self, seconds: float) -> None:
+        if self.seconds is None:
+            return
+        self.seconds.append(seconds)
+        if len(self.seconds) == self.sample:
+            log.info(self.note(statistics.median(self.seconds)))  # the 1st one is slower
+            self.seconds = None
+
+    def note(self, seconds_per_update: float) -> str:
+        run, replay = self.cfg.run, self.cfg.replay
+        updates = run.steps * run.train_ratio / (replay.batch * replay.length)
+        hours = updates * seconds_per_update / 3600
+        return (
+            f"no GPU: a learner update takes {seconds_per_update:.2f} s on this CPU (median "
+            f"of the first {self.sample}); run.steps={run.steps} needs ~{updates:,.0f} "
+            f"updates = ~{hours:,.1f} h of learner time. For a quick end-to-end check run "
+            "`make smoke`."
+        )

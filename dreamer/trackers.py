@@ -10,6 +10,7 @@ in ``<run.logdir>/trackers.json``, so a resumed run logs to the same tracker run
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import math
@@ -19,6 +20,8 @@ import queue
 import threading
 import uuid
 from pathlib import Path
+
+from dreamer.config import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +71,7 @@ class MlflowTracker:
 
     name = "mlflow"
 
-    def __init__(self, logdir: Path, cfg: dict):
+    def __init__(self, logdir: Path, cfg):
         for key, value in MLFLOW_RETRIES.items():
             os.environ.setdefault(key, value)
         self.logdir = logdir
@@ -121,7 +124,7 @@ class WandbTracker:
 
     name = "wandb"
 
-    def __init__(self, logdir: Path, cfg: dict):
+    def __init__(self, logdir: Path, cfg):
         self.logdir = logdir
         self.cfg = cfg
         self.run_id = _ids(logdir).get(self.name)
@@ -242,8 +245,20 @@ class TrackerThread:
         )
 
 
-def start_trackers(names, logdir: Path, logger_cfg: dict, params: dict) -> list[TrackerThread]:
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ValueError:  # sys.modules[module] is None: imports of it are blocked
+        return False
+
+
+def start_trackers(names, logdir: Path, logger_cfg, params: dict) -> list[TrackerThread]:
     """A thread per tracker in ``names`` (``logger.use``) that has one here."""
+    for name in set(names) & set(TRACKERS):
+        if not _installed(name):
+            raise ConfigError(
+                f"logger: {name} is not installed; install it with pip install -e '.[{name}]'"
+            )
     return [
         TrackerThread(TRACKERS[name](logdir, logger_cfg[name]), logdir, params)
         for name in names

@@ -27,7 +27,7 @@ def real_batch(cfg, batch: int, length: int, seed: int = 0):
     return spaces, replay.sample()
 
 
-def synthetic_batch(spaces: EnvSpaces, model, batch: int, length: int) -> TensorDict:
+def synthetic_batch(spaces: EnvSpaces, batch: int, length: int) -> TensorDict:
     """A replay-format batch of random data for agents whose envs cannot run here
     (MineDojo-like several keys and masked multi-head actions, DMC-like proprio)."""
     g = torch.Generator().manual_seed(0)
@@ -47,7 +47,6 @@ def synthetic_batch(spaces: EnvSpaces, model, batch: int, length: int) -> Tensor
     else:
         action = torch.rand(*shape, spaces.action_dim, generator=g) * 2 - 1
     done = torch.rand(*shape, 1, generator=g) < 0.05
-    state, deter = latent_sizes(model)
     nxt.update(
         reward=torch.randn(*shape, 1, generator=g),
         done=done,
@@ -59,8 +58,6 @@ def synthetic_batch(spaces: EnvSpaces, model, batch: int, length: int) -> Tensor
     return TensorDict(
         {
             "action": action,
-            "state": torch.zeros(*shape, state),
-            "belief": torch.zeros(*shape, deter),
             "is_init": is_init,
             "next": TensorDict(nxt, shape),
         },

@@ -205,7 +205,9 @@ for i, (argv, hidden) in enumerate(json.loads(sys.argv[3])):
             code = 1
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(code)
+        import atexit
+        atexit._run_exitfuncs()  # what the entry started is cleaned up as at a normal exit
+        os._exit(code)  # without tearing down the interpreter's heap
     _, status = os.waitpid(pid, 0)
     with open(os.path.join(out, f"{i}.rc"), "w") as rc:
         rc.write(str(os.waitstatus_to_exitcode(status)))

@@ -7,17 +7,18 @@ DreamerV3 policy acts."""
 
 import json
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 import torch
 from omegaconf import OmegaConf
 
 from dreamer.agent.build import latent_sizes
-from dreamer.collect import env_seeds, make_collector, path_note
+from dreamer.collect import MEASURED, MEASURED_ON, env_seeds, make_collector, path_note
 from dreamer.config import load
-from dreamer.envs import make_env
-from dreamer.train import describe_env
+from dreamer.envs import describe_env, make_env
 
+ROOT = Path(__file__).resolve().parent.parent
 ENVS = 2
 FRAMES = 512
 
@@ -31,8 +32,7 @@ def received(chunk: int, **collector) -> dict[int, list[tuple[int, int, int]]]:
     collector_cfg = OmegaConf.to_container(cfg.collector) | collector
     result = make_collector(
         env=env,
-        model=OmegaConf.to_container(cfg.model),
-        learner=OmegaConf.to_container(cfg.learner),
+        model=cfg.model,
         spaces=spaces,
         latent=latent_sizes(cfg.model),
         envs=ENVS,
@@ -104,15 +104,25 @@ def test_grouped_workers_deliver_every_stream_in_order():
         assert streams[index] == expected(seed, len(streams[index]))
 
 
-def test_start_up_note_quotes_the_measured_collection_rates(tmp_path, monkeypatch):
+def test_start_up_note_quotes_the_measured_collection_rates(monkeypatch):
     monkeypatch.setattr("os.sched_getaffinity", lambda _: {0, 1})
-    measured = tmp_path / "collect.json"
-    models = {"tiny": {"stock": 826.4, "chunk64": 702.2}, "size1m": {"stock": 877, "chunk64": 559}}
-    measured.write_text(json.dumps({"cartpole": {"models": models, "machine": "2 cores"}}))
-    note = path_note(has_images=False, measured=measured)
-    assert "on 2 cores" in note and "synchronous 826 vs async chunked 702" in note
-    assert "model=size1m: synchronous 877 vs async chunked 559" in note
-    assert path_note(has_images=True, measured=measured) is None  # Crafter-like: async wins
-    assert "benchmarks/collect.py measures" in path_note(False, tmp_path / "missing.json")
+    note = path_note(has_images=False)
+    assert "on 2 cores" in note and MEASURED_ON in note
+    for model, rates in MEASURED.items():
+        quoted = f"model={model}: synchronous {rates['stock']} vs async chunked {rates['chunk64']}"
+        assert quoted in note
+    assert path_note(has_images=True) is None  # Crafter-like: async wins
     monkeypatch.setattr("os.sched_getaffinity", lambda _: set(range(16)))
-    assert path_note(has_images=False, measured=measured) is None
+    assert path_note(has_images=False) is None
+
+
+def test_the_quoted_rates_are_the_benchmark_s_latest():
+    """The note's figures live in code (an installed package has no benchmarks/); they
+    must be what benchmarks/results/collect.json holds, rounded."""
+    measured = json.loads((ROOT / "benchmarks" / "results" / "collect.json").read_text())
+    cartpole = measured["cartpole"]
+    rounded = {
+        model: {path: round(rates[path]) for path in ("stock", "chunk64")}
+        for model, rates in cartpole["models"].items()
+    }
+    assert rounded == MEASURED and cartpole["machine"] == MEASURED_ON

@@ -1,4 +1,4 @@
-"""Tests for the configuration layer (dreamer/config.py + conf/)."""
+"""Tests for the configuration layer (dreamer/config.py + dreamer/conf/)."""
 
 import re
 import subprocess
@@ -10,6 +10,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from dreamer.config import CONF_DIR, ConfigError, load, resolved_logdir
+from dreamer.dist import World
 from tests.runs import forked_runs
 
 SECTIONS = {"env", "model", "run", "replay", "collector", "learner", "eval", "logger"}
@@ -79,7 +80,7 @@ def test_every_value_a_preset_sets_reaches_the_loaded_config(group, name):
     """Each key a preset file sets beats the schema's default and the base config's
     (a model preset sits at model.*, an experiment at the root)."""
     preset = OmegaConf.to_container(OmegaConf.load(CONF_DIR / group / f"{name}.yaml"))
-    cfg = load([f"{group}={name}"], machine=False)  # some presets need a GPU to run
+    cfg = load([f"{group}={name}"])
     prefix = "model." if group == "model" else ""
     values = dict(preset_values(preset, prefix))
     assert values
@@ -125,7 +126,7 @@ def test_cuda_requested_without_cuda(monkeypatch):
     torch = pytest.importorskip("torch")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ConfigError, match=r"^learner\.device: cuda requested.*allowed: auto, cpu$"):
-        load(["learner.device=cuda"])
+        World().device(load(["learner.device=cuda"]).learner.device)
 
 
 BAD = [
@@ -234,7 +235,7 @@ def cli_runs(tmp_path_factory):
     ran in, {(arguments, hidden): (stdout, stderr, exit code)})."""
     cwd, out = tmp_path_factory.mktemp("cwd"), tmp_path_factory.mktemp("out")
     rows = [(o, []) for o, _ in BAD] + GOOD
-    done = forked_runs("dreamer.config:from_argv", rows, out, cwd=cwd, prelude=PRELUDE)
+    done = forked_runs("dreamer.train:main", rows, out, cwd=cwd, prelude=PRELUDE)
     results = {
         (tuple(argv), tuple(hidden)): (run.stdout, run.stderr, run.returncode)
         for (argv, hidden), run in zip(rows, done)

@@ -11,8 +11,7 @@ import torch
 from PIL import Image
 
 from dreamer.config import ConfigError
-from dreamer.envs import make_env
-from dreamer.train import describe_env
+from dreamer.envs import describe_env, make_env
 
 
 class Painter(gymnasium.Env):

@@ -60,7 +60,7 @@ def test_kill_9_at_random_moments_loses_nothing(tmp_path):
         if moment == 2:
             assert partial and all(path.exists() for path in partial)
         found = checkpoint.latest(logdir)  # none yet if killed within the first second
-        step = checkpoint.load(found)["episodes"]["env_steps"] if found else 0
+        step = checkpoint.load(found)["steps"]["env_steps"] if found else 0
         checkpoints.append(step)
         assert checkpoints[-1] >= checkpoints[-2], "a checkpoint went back in time"
     print(f"checkpoint env steps after each kill: {checkpoints[1:]}")
@@ -76,4 +76,4 @@ def test_kill_9_at_random_moments_loses_nothing(tmp_path):
     for counter in ("updates", "policy_version", "episodes"):
         values = [row[counter] for row in rows]
         assert values == sorted(values), f"{counter} went back"
-    assert checkpoint.load(checkpoint.latest(logdir))["episodes"]["env_steps"] == STEPS
+    assert checkpoint.load(checkpoint.latest(logdir))["steps"]["env_steps"] == STEPS

@@ -32,7 +32,7 @@ def test_one_update_changes_every_trained_network(setup):
     }
     metrics = learner.update(batch.clone())
     assert learner.updates == 1
-    assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
+    assert metrics and all(torch.isfinite(v) for v in metrics.values())
     for name, module in parts.items():
         changed = [not torch.equal(p, old) for p, old in zip(module.parameters(), before[name])]
         assert any(changed), f"{name} did not change"
@@ -66,7 +66,9 @@ def test_state_dict_round_trip_gives_identical_next_update(setup):
     ours = learner.update(batch.clone())
     torch.manual_seed(5)
     theirs = twin.update(batch.clone())
-    assert ours["loss_model_reco"] == pytest.approx(theirs["loss_model_reco"], rel=1e-5)
+    assert float(ours["loss_model_reco"]) == pytest.approx(
+        float(theirs["loss_model_reco"]), rel=1e-5
+    )
     for p, q in zip(learner.loss.parameters(), twin.loss.parameters()):
         assert torch.allclose(p, q, atol=1e-6)
 
@@ -80,7 +82,7 @@ def test_continuous_actions_update_and_act_within_bounds():
     learner = Learner(agent, cfg.learner, torch.device("cpu"))
     before = [p.detach().clone() for p in agent.actor.parameters()]
     metrics = learner.update(batch.clone())
-    assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
+    assert metrics and all(torch.isfinite(v) for v in metrics.values())
     assert any(not torch.equal(p, q) for p, q in zip(agent.actor.parameters(), before))
     env = make_env(OmegaConf.to_container(cfg.env), seed=1, latent=(16, 64))
     with torch.no_grad():
@@ -102,15 +104,15 @@ def test_nan_update_is_skipped_counted_and_leaves_the_learner_untouched():
     learner = Learner(build_agent(cfg.model, cfg.learner, spaces), cfg.learner, torch.device("cpu"))
     learner.update(batch.clone())
     state = [t.detach().clone() for t in [*learner.loss.parameters(), *learner.loss.buffers()]]
-    metrics = learner.update(poisoned(batch))
-    assert metrics["learner/skipped"] == 1
+    learner.update(poisoned(batch))
+    assert learner.optimizer.skipped == 1
     after = [*learner.loss.parameters(), *learner.loss.buffers()]
     changed = [i for i, (old, new) in enumerate(zip(state, after)) if not torch.equal(old, new)]
     # only the slow critic's soft target update may move; no parameter and no statistic
     assert all(torch.isfinite(t).all() for t in after)
     assert not [i for i in changed if i < len(list(learner.loss.parameters()))]
-    metrics = learner.update(batch.clone())
-    assert metrics["learner/skipped"] == 1 and learner.optimizer.consecutive_skips == 0
+    learner.update(batch.clone())
+    assert learner.optimizer.skipped == 1 and learner.optimizer.consecutive_skips == 0
 
 
 def test_persistent_nan_stops_after_max_skips():

@@ -19,9 +19,8 @@ from dreamer import Policy, checkpoint, config
 from dreamer.agent.acting import env_action
 from dreamer.agent.build import build_agent, latent_sizes
 from dreamer.agent.spaces import spaces_to_dict
-from dreamer.envs import env_config, make_env
+from dreamer.envs import describe_env, env_config, make_env
 from dreamer.export import main as export_main
-from dreamer.train import describe_env
 from tests.runs import run_trainer
 
 STANDINS = Path(__file__).resolve().parent / "standins"
@@ -67,7 +66,7 @@ def untrained_run(logdir: Path, kind: str):
     """A run directory whose checkpoint holds a freshly built tiny agent (no training:
     these tests are about the acting path, not what was learned). Returns the agent
     and the env config node."""
-    cfg = config.load(["model=tiny", *ENVS[kind][0], f"run.logdir={logdir}"], machine=False)
+    cfg = config.load(["model=tiny", *ENVS[kind][0], f"run.logdir={logdir}"])
     env = env_config(OmegaConf.to_container(cfg.env), logdir)
     spaces, _ = describe_env(env, 0)
     torch.manual_seed(5)

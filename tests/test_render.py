@@ -2,6 +2,8 @@
 
 import hashlib
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -57,10 +59,35 @@ def test_environment_variable_overrides_the_pool_size(monkeypatch):
     assert pool_size(0) == 3
     monkeypatch.delenv(WORKERS_ENV)
     assert pool_size(5) == 5
-    assert pool_size(None) == min(os.cpu_count(), 16)  # eval.render_workers' default
     monkeypatch.setenv(WORKERS_ENV, "many")
     with pytest.raises(ValueError, match=WORKERS_ENV):
         pool_size(1)
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2,
+    reason="needs affinity masks and a machine of 2+ cores to allow fewer than it has",
+)
+def test_default_pool_size_counts_the_cores_allowed_not_the_machine_s():
+    """A 2-CPU SLURM allocation on a 64-core node: the process's affinity allows fewer
+    cores than the machine has, and eval.render_workers' default follows the allowed."""
+    probe = (
+        "import os; from dreamer.render import pool_size; from dreamer.cores import usable_cores;"
+        "print(pool_size(None), usable_cores(), os.cpu_count())"
+    )
+    one_core = min(os.sched_getaffinity(0))
+    env = {k: v for k, v in os.environ.items() if k != WORKERS_ENV}
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        preexec_fn=lambda: os.sched_setaffinity(0, {one_core}),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    workers, usable, machine = map(int, done.stdout.split())
+    assert machine > 1 and (workers, usable) == (1, 1)
 
 
 @pytest.mark.parametrize("workers", [0, 1])

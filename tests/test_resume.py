@@ -34,12 +34,12 @@ def test_rerun_resumes_counters_metrics_and_update_schedule(finished_run, tmp_pa
     steps = [row["env_steps"] for row in read_metrics(logdir)]
     assert steps == sorted(set(steps)) and steps[-1] == 600
     state = checkpoint.load(checkpoint.latest(logdir))
-    assert state["episodes"]["env_steps"] == 600
+    assert state["steps"]["env_steps"] == 600
     # 4 x 16 batches at train_ratio 16: 0.25 updates per env step, no catch-up burst
     resumed_updates = state["learner"]["updates"] - updates_before
     assert 0.25 * 300 - 2 <= resumed_updates <= 0.25 * 300 + 1, resumed_updates
     assert train(logdir, "run.steps=600").returncode == 0, "a finished run reruns as a no-op"
-    assert checkpoint.load(checkpoint.latest(logdir))["episodes"]["env_steps"] == 600
+    assert checkpoint.load(checkpoint.latest(logdir))["steps"]["env_steps"] == 600
 
 
 def test_locked_run_directory_exits_2_naming_the_holder(tmp_path):
@@ -84,7 +84,7 @@ def test_sigusr1_checkpoints_exits_with_requeue_code_and_leaves_no_children(tmp_
     assert len(children) >= 3, "expected env workers and an inference process"
     trainer.process.send_signal(signal.SIGUSR1)
     assert trainer.wait(120) == checkpoint.REQUEUE_EXIT, trainer.tail(3000)
-    stopped_at = checkpoint.load(checkpoint.latest(logdir))["episodes"]["env_steps"]
+    stopped_at = checkpoint.load(checkpoint.latest(logdir))["steps"]["env_steps"]
     assert stopped_at >= read_metrics(logdir)[-1]["env_steps"] > 0
     assert all_gone(children, timeout=5) == [], "orphaned child processes"
     resumed = train(logdir, f"run.steps={stopped_at + 200}")
@@ -119,7 +119,7 @@ def test_failed_checkpoint_writes_keep_the_previous_one_and_the_run_goes_on(fini
     assert "not written" in result.stderr and "previous checkpoint is kept" in result.stderr
     assert read_metrics(logdir)[-1]["env_steps"] == 600, "the run stopped early"
     assert checkpoint.latest(logdir) == good
-    assert checkpoint.load(good)["episodes"]["env_steps"] == 300
+    assert checkpoint.load(good)["steps"]["env_steps"] == 300
     assert not list((logdir / "checkpoints").glob(".*.tmp")), "partial file left behind"
 
 

@@ -69,7 +69,7 @@ def test_smoke_runs_updates_at_the_configured_ratio(smoke_run):
     assert low <= updates <= high, (low, updates, high)
     state = checkpoint.load(checkpoint.latest(logdir))
     assert state["learner"]["updates"] == updates
-    assert state["episodes"]["env_steps"] == run["steps"]
+    assert state["steps"]["env_steps"] == run["steps"]
 
 
 @pytest.mark.slow
@@ -204,7 +204,7 @@ def test_evaluate_writes_reports_for_the_latest_checkpoint(smoke_run, tmp_path):
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    step = checkpoint.load(checkpoint.latest(logdir))["episodes"]["env_steps"]
+    step = checkpoint.load(checkpoint.latest(logdir))["steps"]["env_steps"]
     written = {path.name for path in (logdir / "eval" / f"{step:012d}").iterdir()}
     assert written == {"episode.mp4", "open_loop.png", "returns.png", "achievements.png"}
     returns = result.stdout.splitlines()[-1].split()

@@ -21,7 +21,6 @@ from torchrl.modules import (
     DreamerV3MLP,
     RSSMPosteriorV3,
     RSSMPriorV3,
-    RSSMRolloutV3,
     RSSMStateEstimatorV3,
     SymExpTwoHot,
     WorldModelWrapper,
@@ -38,6 +37,7 @@ from torchrl.objectives import (
 
 from dreamer.agent.masked import masked_multi_head_actor
 from dreamer.agent.networks import Carry, ContinuousActorNet, MultiDecoder, MultiEncoder, ToFloat
+from dreamer.agent.rollout import ZeroStartRollout
 from dreamer.agent.spaces import EnvSpaces
 
 
@@ -203,7 +203,7 @@ def build_agent(model, learner, spaces: EnvSpaces, ranks: int = 1) -> Agent:
             in_keys=[("next", name) for name in obs_names],
             out_keys=[("next", "encoded_latents")],
         ),
-        RSSMRolloutV3(
+        ZeroStartRollout(
             TensorDictModule(
                 prior,
                 in_keys=["state", "belief", "action"],

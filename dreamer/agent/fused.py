@@ -274,9 +274,11 @@ class FusedDreamerV3Loss(nn.Module):
         action = sample.get(self.action_key)
         if reset is None:
             reset = torch.zeros(*batch, 1, dtype=torch.bool, device=action.device)
+        # every window starts from the zero latent, as ZeroStartRollout (rollout.py)
+        start = batch[:-1]
         states, beliefs, posterior_logits = self.cell.observe(
-            sample.get("state")[..., 0, :],
-            sample.get("belief")[..., 0, :],
+            torch.zeros(*start, self.cell.stoch, device=action.device),
+            torch.zeros(*start, self.cell.deter, device=action.device),
             action,
             embedding,
             reset.reshape(*batch, 1),

@@ -11,12 +11,17 @@ episode step counter and return, and zero-initialised ``state``/``belief``/
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.util
+import logging
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import gymnasium
 import numpy as np
 import torch
+from omegaconf import OmegaConf, open_dict
 from torchrl.data import Unbounded
 from torchrl.envs import (
     ActionScaling,
@@ -36,6 +41,7 @@ from torchrl.envs.gym_like import default_info_dict_reader
 
 from dreamer.envs.restarts import Restarting
 
+log = logging.getLogger("dreamer")
 ACHIEVEMENTS_KEY = "info_achievements"
 RESTART_KEY = "info_restart"  # 1 on a step where a failed env was recreated
 
@@ -104,7 +110,8 @@ def _make_gym(env: Mapping) -> gymnasium.Env:
     """``env=gym``/``cartpole``: ``gymnasium.make(env.id, **env.kwargs)`` with the image keys."""
     from dreamer.envs.wrappers import ActionRepeat, ImageObservation, RenderedFrames
 
-    kwargs = dict(env.get("kwargs") or {})
+    kwargs = env.get("kwargs") or {}
+    kwargs = OmegaConf.to_container(kwargs) if OmegaConf.is_config(kwargs) else dict(kwargs)
     if env.get("pixels"):
         kwargs["render_mode"] = "rgb_array"
     if env["id"].startswith("ALE/"):  # ale-py registers its ids only when imported
@@ -154,11 +161,108 @@ def action_note(env: EnvBase) -> str | None:
     )
 
 
-def env_config(env: dict, logdir: Path) -> dict:
-    """The ``env`` config node for the workers, plus the run directory's paths."""
+def env_config(env, logdir: Path):
+    """The ``env`` config node for the workers (it pickles), plus the run directory's
+    paths."""
+    env = OmegaConf.create(OmegaConf.to_container(env) if OmegaConf.is_config(env) else env)
     if env["name"] == "minedojo":
-        env = {**env, "launch_lock": str(logdir / "minedojo-launch.lock")}
+        with open_dict(env):
+            env.launch_lock = str(logdir / "minedojo-launch.lock")
     return env
+
+
+def check_env(env) -> None:
+    """What the machine must offer for ``env``: its package (one ``ConfigError`` line
+    with the pip command), and a task, game or gymnasium id that package has."""
+    from dreamer.config import ConfigError
+
+    name = env["name"]
+    package = {"dmc": "dm_control", "atari": "ale_py", "minedojo": "minedojo"}.get(name)
+    if package and not _installed(package):
+        extra = " (MineDojo also needs gym 0.21, numpy<2, JDK 8 and xvfb: see README)"
+        raise ConfigError(
+            f"env: {name} needs {package}; install it with pip install -e '.[{name}]'"
+            + (extra if name == "minedojo" else "")
+        )
+    if name == "dmc":
+        from dreamer.envs.dmc import split_task, task_names
+
+        try:
+            split_task(env["task"])
+        except KeyError:
+            names = ", ".join(sorted(task_names()))
+            raise ConfigError(
+                f"env.task: unknown DMC task {env['task']!r}; allowed: {names}"
+            ) from None
+    elif name == "atari":
+        from dreamer.envs.atari import game_names
+
+        if env["game"] not in game_names():
+            names = ", ".join(game_names())
+            raise ConfigError(f"env.game: unknown Atari game {env['game']!r}; allowed: {names}")
+    elif name in ("cartpole", "gym"):
+        _check_gym_id(env["id"])
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ValueError:  # sys.modules[module] is None: imports of it are blocked
+        return False
+
+
+def _check_gym_id(env_id: str) -> None:
+    """A registered gymnasium id, or ``package.module:Id-v0`` whose module registers it."""
+    from dreamer.config import ConfigError
+
+    module, _, name = env_id.rpartition(":")
+    if env_id.startswith("ALE/"):  # ale-py registers its ids only when imported
+        if not _installed("ale_py"):
+            raise ConfigError(
+                f"env.id: {env_id} needs ale-py; install it with pip install -e '.[atari]'"
+            )
+        module = "ale_py"
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise ConfigError(f"env.id: cannot import {module!r} for {env_id!r}: {error}") from None
+    if module == "ale_py":
+        gymnasium.register_envs(sys.modules["ale_py"])
+    if (name if ":" in env_id else env_id) not in gymnasium.envs.registry:
+        raise ConfigError(f"env.id: unknown gymnasium id {env_id!r}")
+
+
+def describe_env(env, seed: int) -> tuple:
+    """(spaces, achievement names) of the configured env, probed once in this process;
+    a broken env is one ``ConfigError`` line, before any worker starts."""
+    from dreamer.agent.spaces import spaces_from_env
+    from dreamer.config import ConfigError
+
+    check_env(env)
+    try:
+        probe = make_env(env, seed)
+    except ConfigError:
+        raise
+    except Exception as error:
+        what = env["id"] if env["name"] == "gym" else env["name"]
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError(f"env: cannot create {what}: {detail}") from error
+    try:
+        try:
+            spaces = spaces_from_env(probe)
+        except ValueError as error:
+            raise ConfigError(f"env: {error}") from None
+        if note := action_note(probe):
+            log.warning(note)
+    finally:
+        probe.close()
+    achievements = ()
+    if env["name"] == "crafter":
+        from dreamer.envs.crafter import ACHIEVEMENTS
+
+        achievements = ACHIEVEMENTS
+    return spaces, achievements
 
 
 def make_env(

@@ -10,7 +10,6 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from omegaconf import OmegaConf
 from tensordict import TensorDictBase
 from torchrl.collectors import Evaluator
 from torchrl.envs import EnvBase, SerialEnv
@@ -108,9 +107,8 @@ class EvalRunner:
         self,
         *,
         eval_cfg,
-        env: dict,
-        model: dict,
-        learner: dict,
+        env,
+        model,
         spaces: EnvSpaces,
         latent: tuple[int, int],
         seed: int,
@@ -131,7 +129,7 @@ class EvalRunner:
                 eval_cfg.envs,
                 eval_cfg.max_steps,
             ),
-            policy_factory=functools.partial(build_policy, model, learner, spaces, seed, 1),
+            policy_factory=functools.partial(build_policy, model, spaces, seed, 1),
             num_trajectories=eval_cfg.episodes,
             frames_per_batch=eval_cfg.envs * 100,
             collector_kwargs={"traj_format": "cat"},
@@ -148,7 +146,7 @@ class EvalRunner:
     def from_config(
         cls,
         cfg,
-        env: dict,
+        env,
         spaces: EnvSpaces,
         achievement_names: tuple[str, ...],
         relaunches: Relaunches | None = None,
@@ -158,8 +156,7 @@ class EvalRunner:
         return cls(
             eval_cfg=cfg.eval,
             env=env,
-            model=OmegaConf.to_container(cfg.model),
-            learner=OmegaConf.to_container(cfg.learner),
+            model=cfg.model,
             spaces=spaces,
             latent=latent_sizes(cfg.model),
             seed=cfg.run.seed,

@@ -1,0 +1,71 @@
+"""Rank 0's evaluations during training: due every ``eval.every`` env steps, played in
+the eval process while the learner goes on, written as metrics rows and drawn as
+reports on the render pool."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from dreamer.eval_worker import EvalResult, EvalRunner
+from dreamer.logs import MetricsWriter
+from dreamer.render import RenderPool, pool_size
+from dreamer.reports import submit_reports
+from dreamer.rundir import has_eval_row
+from dreamer.schedules import Clock
+
+log = logging.getLogger("dreamer")
+
+
+class PeriodicEvaluation:
+    def __init__(self, cfg, logdir: Path, parts, writer: MetricsWriter, start: int):
+        self.cfg, self.logdir, self.parts, self.writer = cfg, logdir, parts, writer
+        self.runner = EvalRunner.from_config(
+            cfg, parts.env, parts.spaces, parts.achievements, parts.relaunches
+        )
+        self.pool = RenderPool(
+            pool_size(cfg.eval.render_workers), parts.relaunches, on_file=writer.log_file
+        )
+        self.pool.start()
+        self.due = Clock.aligned(cfg.eval.every, start)
+
+    def resume(self, resume: dict | None) -> None:
+        """An evaluation in flight when the last run stopped, lost with the process that
+        ran it, runs again (unless its row was written after all)."""
+        in_flight = (resume or {}).get("evaluation") or {"step": None}
+        if in_flight["step"] is not None and not has_eval_row(self.logdir, in_flight["step"]):
+            self.runner.load_state_dict(in_flight)
+
+    def __call__(self, env_steps: int, policy) -> None:
+        if self.due(env_steps):
+            self.runner.trigger(env_steps, policy)
+        if (result := self.runner.poll()) is not None:
+            self.report(result)
+        self.pool.poll()
+
+    def report(self, result: EvalResult) -> None:
+        metrics = result.metrics()
+        self.writer.write(result.step, {"env_steps": result.step, **metrics})
+        log.info(
+            "eval at env step %d: return %.2f over %d episodes",
+            result.step,
+            metrics["eval/return"],
+            metrics["eval/episodes"],
+        )
+        parts = self.parts
+        submit_reports(
+            self.pool, self.logdir, result, self.cfg, parts.agent, parts.replay, self.runner.image
+        )
+
+    def close(self, finished: bool) -> None:
+        """At the run's end (``finished``) the evaluation in flight is waited for."""
+        if finished and (result := self.runner.finish()) is not None:
+            self.report(result)
+        self.runner.shutdown()
+        self.pool.close()
+
+    def state_dict(self) -> dict:
+        return self.runner.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.runner.load_state_dict(state)
