@@ -178,11 +178,14 @@ def check_env(env) -> None:
 
     name = env["name"]
     package = {"dmc": "dm_control", "atari": "ale_py", "minedojo": "minedojo"}.get(name)
+    if name == "minedojo" and not _installed(package):
+        raise ConfigError(
+            "env: minedojo is not installed; install it with pip install -e '.[minedojo]'"
+            " (MineDojo also needs gym 0.21, numpy<2, JDK 8 and xvfb: see README)"
+        )
     if package and not _installed(package):
-        extra = " (MineDojo also needs gym 0.21, numpy<2, JDK 8 and xvfb: see README)"
         raise ConfigError(
             f"env: {name} needs {package}; install it with pip install -e '.[{name}]'"
-            + (extra if name == "minedojo" else "")
         )
     if name == "dmc":
         from dreamer.envs.dmc import split_task, task_names
