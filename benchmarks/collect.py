@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 from torchrl.collectors import Collector
 from torchrl.envs import SerialEnv
 
@@ -108,8 +109,7 @@ class Setup:
             collector.shutdown()
 
     def asynchronous(self, chunk: int, seconds: float, warmup: float) -> float:
-        collector_cfg = self.cfg.collector.copy()
-        collector_cfg.chunk = chunk
+        collector_cfg = OmegaConf.to_container(self.cfg.collector) | {"chunk": chunk}
         collector = make_collector(
             env=self.env,
             model=self.model,
