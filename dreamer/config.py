@@ -218,6 +218,16 @@ class ConfigError(Exception):
         super().__init__(" ".join(str(message).split()))
 
 
+def installed(module: str) -> bool:
+    """Is ``module`` importable here (a package an env or tracker needs)?"""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ValueError:  # sys.modules[module] is None: imports of it are blocked
+        return False
+
+
 _KINDS = {int: "an integer", float: "a number", bool: "a boolean", str: "a string"}
 
 

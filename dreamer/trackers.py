@@ -10,7 +10,6 @@ in ``<run.logdir>/trackers.json``, so a resumed run logs to the same tracker run
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import math
@@ -21,7 +20,7 @@ import threading
 import uuid
 from pathlib import Path
 
-from dreamer.config import ConfigError
+from dreamer.config import ConfigError, installed
 
 log = logging.getLogger(__name__)
 
@@ -245,17 +244,10 @@ class TrackerThread:
         )
 
 
-def _installed(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ValueError:  # sys.modules[module] is None: imports of it are blocked
-        return False
-
-
 def start_trackers(names, logdir: Path, logger_cfg, params: dict) -> list[TrackerThread]:
     """A thread per tracker in ``names`` (``logger.use``) that has one here."""
     for name in set(names) & set(TRACKERS):
-        if not _installed(name):
+        if not installed(name):
             raise ConfigError(
                 f"logger: {name} is not installed; install it with pip install -e '.[{name}]'"
             )

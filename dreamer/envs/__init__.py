@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.util
 import logging
 import sys
 from collections.abc import Callable, Mapping
@@ -39,6 +38,7 @@ from torchrl.envs import (
 )
 from torchrl.envs.gym_like import default_info_dict_reader
 
+from dreamer.config import ConfigError, installed
 from dreamer.envs.restarts import Restarting
 
 log = logging.getLogger("dreamer")
@@ -174,16 +174,14 @@ def env_config(env, logdir: Path):
 def check_env(env) -> None:
     """What the machine must offer for ``env``: its package (one ``ConfigError`` line
     with the pip command), and a task, game or gymnasium id that package has."""
-    from dreamer.config import ConfigError
-
     name = env["name"]
     package = {"dmc": "dm_control", "atari": "ale_py", "minedojo": "minedojo"}.get(name)
-    if name == "minedojo" and not _installed(package):
+    if name == "minedojo" and not installed(package):
         raise ConfigError(
             "env: minedojo is not installed; install it with pip install -e '.[minedojo]'"
             " (MineDojo also needs gym 0.21, numpy<2, JDK 8 and xvfb: see README)"
         )
-    if package and not _installed(package):
+    if package and not installed(package):
         raise ConfigError(
             f"env: {name} needs {package}; install it with pip install -e '.[{name}]'"
         )
@@ -207,20 +205,11 @@ def check_env(env) -> None:
         _check_gym_id(env["id"])
 
 
-def _installed(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ValueError:  # sys.modules[module] is None: imports of it are blocked
-        return False
-
-
 def _check_gym_id(env_id: str) -> None:
     """A registered gymnasium id, or ``package.module:Id-v0`` whose module registers it."""
-    from dreamer.config import ConfigError
-
     module, _, name = env_id.rpartition(":")
     if env_id.startswith("ALE/"):  # ale-py registers its ids only when imported
-        if not _installed("ale_py"):
+        if not installed("ale_py"):
             raise ConfigError(
                 f"env.id: {env_id} needs ale-py; install it with pip install -e '.[atari]'"
             )
@@ -240,7 +229,6 @@ def describe_env(env, seed: int) -> tuple:
     """(spaces, achievement names) of the configured env, probed once in this process;
     a broken env is one ``ConfigError`` line, before any worker starts."""
     from dreamer.agent.spaces import spaces_from_env
-    from dreamer.config import ConfigError
 
     check_env(env)
     try:
