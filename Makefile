@@ -30,14 +30,14 @@ osmesa:
 		{ apt-get update -qq && apt-get install -y -qq libosmesa6; } >/dev/null || echo "install libosmesa6 for env=dmc vision"; }
 
 test: $(STAMP) osmesa
-	# two workers; the tests of a file that shares a module fixture (a trained run, the
-	# SLURM cluster) stay on one worker through their xdist_group, long tests first, in the
-	# order tests/conftest.py gives them
-	$(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder $(ARGS)
+	# two workers, one file each at a time (module fixtures: a trained run, the SLURM
+	# cluster; loadgroup split the SLURM tests over both workers, two clusters racing for
+	# munged), files with long tests first, in the order tests/conftest.py gives them
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder $(ARGS)
 
 # the inner loop: everything but the slow, SLURM and torchrun tests
 test-fast: $(STAMP) osmesa
-	$(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder -m "not slow and not slurm and not distributed" $(ARGS)
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow and not slurm and not distributed" $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check dreamer tests benchmarks

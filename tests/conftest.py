@@ -1,4 +1,7 @@
-"""How ``make test`` shares two workers (``pytest -n 2 --dist loadgroup``).
+"""How ``make test`` orders its tests (``pytest -n 2 --dist loadfile``: long files first).
+
+The xdist groups below matter only under ``--dist loadgroup``, which ``make test`` does
+not use: it split the SLURM tests over both workers.
 
 A test that uses a module-scoped fixture (a trained run, the SLURM cluster, a torchrun
 job's peers) joins its module's xdist group, so the fixture is built once, on one
