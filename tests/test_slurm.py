@@ -6,6 +6,7 @@ If the cluster cannot start, these tests fail with the daemon logs: never skippe
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.slurm
 
 # the cue task: what these tests check is the job, not the env
 SMOKE = ["experiment=smoke", "env=cue", "run.train_starts=200", "run.log_every=100"]
-SMOKE += ["eval.every=0", "run.progress=false"]
+SMOKE += ["eval.every=0", "run.progress=false", "run.train_ratio=4"]  # few updates
 
 
 @pytest.fixture(scope="module")
@@ -83,44 +84,59 @@ def wait_until_done(slurm: dict, job_id: str, logdir: Path, timeout: float = 400
     pytest.fail(f"job {job_id} not done in {timeout} s:\n{output.read_text()[-3000:]}")
 
 
-def test_cpu_smoke_job_writes_a_checkpoint_and_complete_metrics(slurm, tmp_path):
+def test_preemptions_before_and_right_after_a_worker_replacement_checkpoint_and_requeue(
+    slurm, tmp_path
+):
+    """slurm/dreamer-cpu.sbatch end to end, preempted twice: USR1 (what SLURM sends
+    ahead of a time limit or preemption) to the first run, and to the resumed run right
+    after a killed env worker's collector was replaced. USR1 reaches every process of
+    the job step, so the replacement's workers must ignore it as the first ones do, or
+    it kills them before the checkpoint. Each stop checkpoints and requeues; the last
+    run finishes with a metrics row every log interval and nothing duplicated."""
     logdir = tmp_path / "run"
-    job_id = submit(slurm, logdir, *SMOKE, "run.steps=400", f"run.logdir={logdir}")
-    state = wait_until_done(slurm, job_id, logdir)
-    output = (logdir / f"slurm-{job_id}.out").read_text()
-    assert state["JobState"] == "COMPLETED", output[-3000:]
-    assert "trainer exit code 0" in output
-    steps = [row["env_steps"] for row in read_metrics(logdir)]
-    assert steps == sorted(set(steps)) and steps[-1] >= 400
-    gaps = [after - before for before, after in zip([0, *steps], steps)]
-    assert len(steps) >= 3 and max(gaps) < 2 * 100  # a row every log interval (100)
-    saved = checkpoint.load(checkpoint.latest(logdir))
-    assert saved["steps"]["env_steps"] == steps[-1]
-
-
-def test_preempted_job_checkpoints_is_requeued_and_resumes_without_duplicates(slurm, tmp_path):
-    logdir = tmp_path / "run"
-    job_id = submit(slurm, logdir, *SMOKE, "run.steps=1000", f"run.logdir={logdir}")
+    job_id = submit(slurm, logdir, *SMOKE, "run.steps=1200", f"run.logdir={logdir}")
     output = logdir / f"slurm-{job_id}.out"
-    deadline = time.monotonic() + 180
-    while "learner update takes" not in (output.read_text() if output.exists() else ""):
-        assert time.monotonic() < deadline, output.read_text()[-3000:]
-        time.sleep(0.2)
-    # what SLURM sends --signal=B:USR1@<lead> ahead of a time limit or preemption
-    subprocess.run(["scancel", "--signal=USR1", "--batch", job_id], env=slurm, check=True)
-    state = wait_until_done(slurm, job_id, logdir)
+
+    def wait_for(pattern: str, count: int = 1) -> str:
+        deadline = time.monotonic() + 300
+        while (
+            len(found := re.findall(pattern, output.read_text() if output.exists() else "")) < count
+        ):
+            assert time.monotonic() < deadline, output.read_text()[-3000:]
+            time.sleep(0.2)
+        return found[count - 1]
+
+    def preempt() -> None:
+        subprocess.run(["scancel", "--signal=USR1", "--batch", job_id], env=slurm, check=True)
+
+    wait_for("learner update takes")
+    preempt()
+    wait_for("SLURM_RESTART_COUNT=1")
+    victim = int(wait_for(r"env worker pids: (\d+)", 2))  # the resumed run's first workers
+    os.kill(victim, signal.SIGKILL)  # the test runs on the cluster's only node
+    wait_for(r"env worker pids: (\d+)", 3)  # the replacement delivers transitions
+    preempt()
+    state = wait_until_done(slurm, job_id, logdir, timeout=600)
     text = output.read_text()
-    assert state["JobState"] == "COMPLETED" and state["Restarts"] == "1", text[-3000:]
-    stopped = re.search(r"stopped by signal 10 at env step (\d+); requeueing", text)
-    assert stopped, text[-3000:]
-    step = int(stopped.group(1))
-    assert 0 < step < 1000
-    assert (checkpoint.checkpoint_dir(logdir) / f"checkpoint-{step:012d}.pt").exists()
+    assert state["JobState"] == "COMPLETED" and state["Restarts"] == "2", text[-3000:]
     runs = text.split("SLURM_RESTART_COUNT=")
-    assert [run.split()[0] for run in runs[1:]] == ["unset", "1"]
-    assert f"resuming from checkpoint-{step:012d}.pt at env step {step}" in runs[2]
+    assert [run.split()[0] for run in runs[1:]] == ["unset", "1", "2"]
+    stops = [
+        int(found)
+        for found in re.findall(r"stopped by signal 10 at env step (\d+); requeueing", text)
+    ]
+    assert len(stops) == 2 and 0 < stops[0] < stops[1] < 1200, text[-3000:]
+    for run, step in zip(runs[2:], stops):
+        assert (checkpoint.checkpoint_dir(logdir) / f"checkpoint-{step:012d}.pt").exists()
+        assert f"resuming from checkpoint-{step:012d}.pt at env step {step}" in run
+    assert runs[2].count("replacing the collector") == 1, runs[2][-3000:]  # none died of USR1
+    assert "replacing the collector" not in runs[1] + runs[3]
+    assert text.count("trainer exit code 0") == 1, text[-3000:]  # the last run's
     steps = [row["env_steps"] for row in read_metrics(logdir)]
-    assert steps == sorted(set(steps)) and steps[-1] >= 1000
+    assert steps == sorted(set(steps)) and steps[-1] >= 1200
+    gaps = [after - before for before, after in zip([0, *steps], steps)]
+    assert len(steps) >= 11 and max(gaps) < 2 * 100  # a row every log interval (100)
+    assert checkpoint.load(checkpoint.latest(logdir))["steps"]["env_steps"] == steps[-1]
     assert not (logdir / checkpoint.STOPPED_FILE).exists()
 
 

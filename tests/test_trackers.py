@@ -29,6 +29,7 @@ FAST = [
     "eval.every=200",
     "eval.episodes=1",
     "eval.render_workers=0",
+    "run.train_ratio=4",  # few updates: the trackers are under test
 ]
 
 

@@ -82,6 +82,7 @@ def test_heap_is_frozen_inside_the_loop_and_unfrozen_after_a_normal_exit(tmp_pat
             "run.steps=400",
             "run.train_starts=200",
             "run.log_every=100",
+            "run.train_ratio=4",  # few updates: the heap is under test
             f"run.logdir={logdir}",
             "run.progress=false",
         ]
@@ -108,6 +109,7 @@ def test_run_gc_freeze_false_leaves_the_heap_unfrozen_and_still_counts(tmp_path)
             "run.steps=300",
             "run.train_starts=200",
             "run.log_every=100",
+            "run.train_ratio=4",
             "run.gc_freeze=false",
             f"run.logdir={logdir}",
             "run.progress=false",
