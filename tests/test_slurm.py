@@ -84,6 +84,19 @@ def wait_until_done(slurm: dict, job_id: str, logdir: Path, timeout: float = 400
     pytest.fail(f"job {job_id} not done in {timeout} s:\n{output.read_text()[-3000:]}")
 
 
+USR1 = signal.SIGUSR1
+
+
+def signals_set_aside(pid: int) -> set[int]:
+    """The signals a process ignores or blocks, from /proc (SigIgn, SigBlk: bit n-1 is
+    signal n)."""
+    status = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    mask = int(status["SigIgn"], 16) | int(status["SigBlk"], 16)
+    return {signum for signum in range(1, 65) if mask >> (signum - 1) & 1}
+
+
 def test_preemptions_before_and_right_after_a_worker_replacement_checkpoint_and_requeue(
     slurm, tmp_path
 ):
@@ -109,13 +122,21 @@ def test_preemptions_before_and_right_after_a_worker_replacement_checkpoint_and_
     def preempt() -> None:
         subprocess.run(["scancel", "--signal=USR1", "--batch", job_id], env=slurm, check=True)
 
-    wait_for("learner update takes")
-    preempt()
-    wait_for("SLURM_RESTART_COUNT=1")
-    victim = int(wait_for(r"env worker pids: (\d+)", 2))  # the resumed run's first workers
-    os.kill(victim, signal.SIGKILL)  # the test runs on the cluster's only node
-    wait_for(r"env worker pids: (\d+)", 3)  # the replacement delivers transitions
-    preempt()
+    try:
+        wait_for("learner update takes")
+        preempt()
+        wait_for("SLURM_RESTART_COUNT=1")
+        victim = int(wait_for(r"env worker pids: (\d+)", 2))  # the resumed run's first workers
+        os.kill(victim, signal.SIGKILL)  # the test runs on the cluster's only node
+        replacements = wait_for(r"env worker pids: ([\d ]+)", 3).split()  # delivering now
+        # USR1 kills a worker that neither ignores nor blocks it; the driver stops at its
+        # next check and might not see that death, so look at the workers themselves
+        for pid in replacements:
+            assert USR1 in signals_set_aside(int(pid)), f"worker {pid} would die of USR1"
+        preempt()
+    except BaseException:  # a job left running would outlive this test's cluster
+        subprocess.run(["scancel", job_id], env=slurm, timeout=30)
+        raise
     state = wait_until_done(slurm, job_id, logdir, timeout=600)
     text = output.read_text()
     assert state["JobState"] == "COMPLETED" and state["Restarts"] == "2", text[-3000:]
@@ -143,7 +164,7 @@ def test_preemptions_before_and_right_after_a_worker_replacement_checkpoint_and_
 def test_sweep_submits_one_slurm_job_per_combination(slurm, tmp_path):
     sweep = tmp_path / "sweep"
     overrides = ["experiment=smoke", "env=cue", "run.steps=200", "run.train_starts=100"]
-    overrides += ["eval.every=0", "run.progress=false", "run.seed=0,1"]
+    overrides += ["eval.every=0", "run.progress=false", "run.seed=0,1", "run.train_ratio=4"]
     result = subprocess.run(
         [sys.executable, "-m", "dreamer.train", "-m", "hydra/launcher=slurm", *overrides]
         + [f"hydra.sweep.dir={sweep}"],
