@@ -32,12 +32,14 @@ osmesa:
 test: $(STAMP) osmesa
 	# two workers, one file each at a time (module fixtures: a trained run, the SLURM
 	# cluster; loadgroup split the SLURM tests over both workers, two clusters racing for
-	# munged), files with long tests first, in the order tests/conftest.py gives them
-	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder $(ARGS)
+	# munged), files with long tests first, in the order tests/conftest.py gives them;
+	# one torch thread per process: two workers' learners share two cores, and their
+	# OpenMP threads would spin-wait against each other
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder $(ARGS)
 
 # the inner loop: everything but the slow, SLURM and torchrun tests
 test-fast: $(STAMP) osmesa
-	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow and not slurm and not distributed" $(ARGS)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow and not slurm and not distributed" $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check dreamer tests benchmarks

@@ -17,7 +17,7 @@ import pytest
 
 from dreamer import checkpoint
 from dreamer.render import RenderPool, draw
-from tests.runs import Trainer, alive, descendants, read_metrics
+from tests.runs import Trainer, alive, all_gone, descendants, read_metrics
 
 STEPS = 1500  # more than it takes: the run is stopped by USR1
 EVERY = 300
@@ -110,7 +110,8 @@ def test_children_die_and_starve_and_the_run_goes_on(tmp_path):
     assert "the inference server is gone" not in text, text[-4000:]
     assert text.count("replacing the render pool") == 1, text[-4000:]
     assert len(re.findall(r"evaluation process.* died", text)) == 1, text[-4000:]
-    assert not any(map(alive, replaced))
+    # multiprocessing's resource tracker outlives the driver by a moment, by design
+    assert all_gone(replaced) == [], "a child outlived the run"
     rows = read_metrics(logdir)
     steps = [row["env_steps"] for row in rows]
     assert steps == sorted(set(steps))
