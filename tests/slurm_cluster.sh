@@ -20,7 +20,7 @@ up() {
   mkdir -p "$dir"/{state,spool,log}
   local host cpus memory
   host=$(hostname -s)
-  cpus=$(nproc)
+  cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # nproc obeys OpenMP limits
   memory=$(($(awk '/MemTotal/ {print int($2 / 1024)}' /proc/meminfo) * 8 / 10))
   [ -s /etc/munge/munge.key ] || mungekey --create --force 2>/dev/null \
     || dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 2>/dev/null
