@@ -242,3 +242,12 @@ def forked_runs(
             )  # fmt: skip
         )
     return done
+
+
+def ignores_usr1(pid: int) -> bool:
+    """Is USR1 ignored or blocked in process ``pid`` (Linux /proc)?"""
+    fields = dict(
+        line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    bit = 1 << (signal.SIGUSR1 - 1)
+    return bool((int(fields["SigIgn"], 16) | int(fields["SigBlk"], 16)) & bit)

@@ -10,14 +10,13 @@ import os
 import re
 import signal
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from dreamer import checkpoint
 from dreamer.render import RenderPool, draw
-from tests.runs import Trainer, alive, all_gone, descendants, read_metrics
+from tests.runs import Trainer, alive, all_gone, descendants, ignores_usr1, read_metrics
 
 STEPS = 1500  # more than it takes: the run is stopped by USR1
 EVERY = 300
@@ -57,15 +56,6 @@ def test_render_pool_draws_again_what_a_killed_worker_left(tmp_path):
     for name in inline:
         assert (tmp_path / "pool" / name).read_bytes() == (tmp_path / "inline" / name).read_bytes()
     assert not alive(worker)
-
-
-def ignores_usr1(pid: int) -> bool:
-    """Is USR1 ignored or blocked in process ``pid`` (Linux /proc)?"""
-    fields = dict(
-        line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-    )
-    bit = 1 << (signal.SIGUSR1 - 1)
-    return bool((int(fields["SigIgn"], 16) | int(fields["SigBlk"], 16)) & bit)
 
 
 @pytest.mark.slow

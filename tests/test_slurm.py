@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from dreamer import checkpoint
-from tests.runs import read_metrics
+from tests.runs import ignores_usr1, read_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER = ROOT / "tests" / "slurm_cluster.sh"
@@ -84,19 +84,6 @@ def wait_until_done(slurm: dict, job_id: str, logdir: Path, timeout: float = 400
     pytest.fail(f"job {job_id} not done in {timeout} s:\n{output.read_text()[-3000:]}")
 
 
-USR1 = signal.SIGUSR1
-
-
-def signals_set_aside(pid: int) -> set[int]:
-    """The signals a process ignores or blocks, from /proc (SigIgn, SigBlk: bit n-1 is
-    signal n)."""
-    status = dict(
-        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-    )
-    mask = int(status["SigIgn"], 16) | int(status["SigBlk"], 16)
-    return {signum for signum in range(1, 65) if mask >> (signum - 1) & 1}
-
-
 def test_preemptions_before_and_right_after_a_worker_replacement_checkpoint_and_requeue(
     slurm, tmp_path
 ):
@@ -132,7 +119,7 @@ def test_preemptions_before_and_right_after_a_worker_replacement_checkpoint_and_
         # USR1 kills a worker that neither ignores nor blocks it; the driver stops at its
         # next check and might not see that death, so look at the workers themselves
         for pid in replacements:
-            assert USR1 in signals_set_aside(int(pid)), f"worker {pid} would die of USR1"
+            assert ignores_usr1(int(pid)), f"worker {pid} would die of USR1"
         preempt()
     except BaseException:  # a job left running would outlive this test's cluster
         subprocess.run(["scancel", job_id], env=slurm, timeout=30)
