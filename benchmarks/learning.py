@@ -4,13 +4,19 @@
     python benchmarks/learning.py pixels                    # 3 seeds, 4k steps, 32x32 frames
     python benchmarks/learning.py crafter --budget 5000 model=size1m   # a CPU-sized run
     python benchmarks/learning.py cue --seeds 0 1 2
+    python benchmarks/learning.py dmc --task cartpole_balance --budget 50000 --seeds 0
+    python benchmarks/learning.py atari --game pong          # the atari100k preset, 100k steps
 
 Each seed runs ``python -m dreamer.train`` in a subprocess (extra ``key=value``
 arguments are passed on). The score of a seed is measured on its final checkpoint in
 a fresh env by ``dreamer.evaluate``: the mean return of ``eval_episodes`` greedy
 (mode-policy) episodes, or for ``crafter`` the Crafter score (geometric mean of the
 achievement success rates) of those episodes. The reference is a random policy's
-score; for Crafter it is measured here (random actions, the same episodes).
+score; for Crafter, DMC and Atari it is measured here (random actions, the same
+episodes). ``dmc`` and ``atari`` train the official presets (``experiment=dmc_proprio``,
+``experiment=atari100k``) and compare with the official DreamerV3 mean at the same budget
+in the same units (``benchmarks/official/dreamerv3_scores.json``, with its sources): the
+threshold is 90% of it, and the PNG overlays the official curve where it is stored.
 Writes ``benchmarks/results/<check>.json`` and ``<check>.png`` (mean and min-max over
 seeds vs env steps, with the threshold and the reference) and exits 1 when the mean
 score misses the threshold. ``--reuse`` scores finished seed runs again without
@@ -39,6 +45,12 @@ from dreamer.evaluate import evaluate  # noqa: E402
 from dreamer.reports import crafter_score  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
+OFFICIAL = json.loads((ROOT / "benchmarks" / "official" / "dreamerv3_scores.json").read_text())
+SHARE_OF_OFFICIAL = 0.9
+
+
+class BadInput(ValueError):
+    """One line for the user; exit 2."""
 
 
 @dataclass
@@ -52,6 +64,8 @@ class Check:
     curve_evals: int = 0  # evaluations during training, for the curve (else episode returns)
     eval_episodes: int = 10
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    official: dict | None = None  # the official score at the budget, its units and source
+    official_curve: tuple[list[int], list[list[float]]] | None = None  # steps, seeds x steps
 
 
 CHECKS = {
@@ -72,6 +86,76 @@ CHECKS = {
     ),
     "cue": Check(["experiment=cue"], 3_000, 8.0, 4.0, "random policy (length / cues = 4)"),
 }
+
+
+def dmc_check(task: str, budget: int | None) -> Check:
+    """``experiment=dmc_proprio`` on one task; the official mean at ``budget`` env steps
+    (dmc_proprio's repeat 1 makes agent steps env steps, the score file's x axis)."""
+    reference = OFFICIAL["dmc_proprio"]
+    table = reference["table_500k"]["scores"]
+    if task not in table:
+        raise BadInput(f"no official DMC proprio score for {task!r}; known: {', '.join(table)}")
+    steps = budget or 100_000
+    official: dict = {"units": reference["y_units"], "protocol": reference["protocol"]}
+    curve = None
+    if task in reference["curves"]:
+        grid, seeds = reference["steps"], reference["curves"][task]
+        curve = (grid, seeds)
+        if steps in grid:
+            at = grid.index(steps)
+            official |= {"mean": float(np.mean([seed[at] for seed in seeds]))}
+            official |= {"source": reference["source"], "seeds": len(seeds)}
+    if steps == 500_000:
+        official |= {"mean": float(table[task]), "source": reference["table_500k"]["source"]}
+    if "mean" not in official:
+        known = f"{reference['steps'][0]}-{reference['steps'][-1]} in steps of 10000 or 500000"
+        where = known if task in reference["curves"] else "500000"
+        raise BadInput(f"no official {task} score at {steps} env steps; budgets with one: {where}")
+    return Check(
+        ["experiment=dmc_proprio", f"env.task={task}"],
+        steps,
+        SHARE_OF_OFFICIAL * official["mean"],
+        None,
+        "random policy (measured)",
+        official=official,
+        official_curve=curve,
+    )
+
+
+def atari_check(game: str, budget: int | None) -> Check:
+    """``experiment=atari100k`` on one game; the official score after 100k agent steps."""
+    reference = OFFICIAL["atari100k"]
+    if game not in reference["scores"]:
+        known = ", ".join(reference["scores"])
+        raise BadInput(f"no official Atari100k score for {game!r}; known: {known}")
+    steps = budget or reference["budget_steps"]
+    if steps != reference["budget_steps"]:
+        only = reference["budget_steps"]
+        raise BadInput(f"the official Atari100k scores are at {only} agent steps only, not {steps}")
+    official = {"mean": float(reference["scores"][game]), "units": reference["x_units"]}
+    official |= {"source": reference["source"]}
+    check = Check(
+        ["experiment=atari100k", f"env.game={game}"],
+        steps,
+        SHARE_OF_OFFICIAL * official["mean"],
+        None,
+        "random policy (measured)",
+        official=official,
+    )
+    return check
+
+
+def resolve(name: str, task: str | None, game: str | None, budget: int | None) -> tuple[str, Check]:
+    """The check's result name and settings; ``dmc``/``atari`` are one check per task/game."""
+    if name == "dmc":
+        task = task or "cartpole_balance"
+        return f"dmc_{task}", dmc_check(task, budget)
+    if name == "atari":
+        game = game or "pong"
+        return f"atari_{game}", atari_check(game, budget)
+    if task or game:
+        raise BadInput(f"--task and --game belong to the dmc and atari checks, not {name}")
+    return name, CHECKS[name]
 
 
 def score(check: Check, result: EvalResult) -> float:
@@ -103,7 +187,8 @@ def random_reference(check: Check, overrides: list[str], episodes: int) -> float
     torch.manual_seed(0)
     rollouts = [env.rollout(100_000, break_when_any_done=True) for _ in range(episodes)]
     env.close()
-    return score(check, summarize(rollouts, None, ACHIEVEMENTS))
+    achievements = ACHIEVEMENTS if check.metric == "crafter_score" else ()
+    return score(check, summarize(rollouts, None, achievements))
 
 
 def run_seed(name: str, check: Check, seed: int, steps: int, extra: list[str], reuse: bool) -> dict:
@@ -149,6 +234,13 @@ def plot(name: str, check: Check, runs: list[dict], reference: float, path: Path
         label = f"mean of {len(curves)} seeds"
         axis.plot(grid, values.mean(0), color="tab:blue", label=label)
         axis.fill_between(grid, values.min(0), values.max(0), alpha=0.25, label="min-max")
+    if check.official_curve:
+        steps, seeds = check.official_curve
+        official = np.asarray(seeds, np.float64)
+        axis.plot(steps, official.mean(0), color="black", label="official DreamerV3 (mean)")
+        axis.fill_between(steps, official.min(0), official.max(0), color="black", alpha=0.1)
+    elif check.official:
+        axis.plot([check.steps], [check.official["mean"]], "k*", label="official DreamerV3")
     axis.axhline(check.threshold, color="green", linestyle="--", label="threshold")
     axis.axhline(reference, color="grey", linestyle=":", label=check.reference_name)
     axis.set_xlabel("env steps")
@@ -164,7 +256,9 @@ def plot(name: str, check: Check, runs: list[dict], reference: float, path: Path
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("check", choices=sorted(CHECKS))
+    parser.add_argument("check", choices=sorted([*CHECKS, "dmc", "atari"]))
+    parser.add_argument("--task", help="dmc: a DMC task with an official score")
+    parser.add_argument("--game", help="atari: an Atari100k game with an official score")
     parser.add_argument("--seeds", type=int, nargs="+")
     parser.add_argument("--budget", "--steps", type=int, help="env-step budget per seed")
     parser.add_argument("--reuse", action="store_true", help="re-score finished seed runs")
@@ -173,18 +267,22 @@ def main() -> int:
     # overrides may follow --seeds, whose int list would otherwise swallow them
     overrides = [a for a in argv if "=" in a and not a.startswith("-")]
     args = parser.parse_args([a for a in argv if a not in overrides])
-    check = CHECKS[args.check]
+    try:
+        name, check = resolve(args.check, args.task, args.game, args.budget)
+    except BadInput as error:
+        print(f"learning.py: {error}", file=sys.stderr)
+        return 2
     seeds = args.seeds or check.seeds
     steps = args.budget or check.steps
     RESULTS.mkdir(parents=True, exist_ok=True)
-    runs = [run_seed(args.check, check, seed, steps, overrides, args.reuse) for seed in seeds]
+    runs = [run_seed(name, check, seed, steps, overrides, args.reuse) for seed in seeds]
     reference = check.reference
     if reference is None:
         reference = random_reference(check, overrides, check.eval_episodes * len(seeds))
     scores = [run["score"] for run in runs]
     mean = sum(scores) / len(scores)
     result = {
-        "check": args.check,
+        "check": name,
         "passed": mean >= check.threshold,
         "threshold": check.threshold,
         "budget_steps": steps,
@@ -196,6 +294,8 @@ def main() -> int:
         "reference": reference,
         "reference_name": check.reference_name,
         "above_reference": mean > reference,
+        "official": check.official,
+        "share_of_official": mean / check.official["mean"] if check.official else None,
         "seconds_per_seed": [round(run["seconds"]) for run in runs],
         "scores": {run["seed"]: run["score"] for run in runs},
         "eval_returns": {run["seed"]: run["returns"] for run in runs},
@@ -205,8 +305,8 @@ def main() -> int:
         "date": datetime.date.today().isoformat(),
         "hardware": f"{platform.machine()}, {platform.processor() or 'cpu'}",
     }
-    (RESULTS / f"{args.check}.json").write_text(json.dumps(result, indent=2) + "\n")
-    plot(args.check, check, runs, reference, RESULTS / f"{args.check}.png")
+    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    plot(name, check, runs, reference, RESULTS / f"{name}.png")
     print(json.dumps({k: v for k, v in result.items() if k != "curves"}, indent=2))
     return 0 if result["passed"] else 1
 
