@@ -106,4 +106,8 @@ class DMCEnv(gymnasium.Env):
         return self._obs(time_step), reward, terminated, truncated, {}
 
     def close(self):
+        # frees the GL context now, on this thread: left to a garbage collection pass
+        # (the trainer's before gc.freeze()), its __del__ waited forever on dm_control's
+        # render executor thread
+        self._env.physics.free()
         self._env.close()
