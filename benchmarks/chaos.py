@@ -5,10 +5,11 @@
     python benchmarks/chaos.py --ranks 2 run.steps=6000 # torchrun --nproc_per_node=2
 
 Every few seconds one process of the run is killed, its kind drawn at random among
-those alive: the driver (a rank under torchrun; then the same command is run again,
-and it resumes), an env worker, the inference server, the evaluation process, a render
-worker (the children's pids are read from the run's log). After each other kill the run
-must say it recovered and write a checkpoint before the next one. At the end it checks:
+those alive and killed least so far: the driver (a rank under torchrun; then the same
+command is run again, and it resumes), an env worker, the inference server, the
+evaluation process, a render worker (the children's pids are read from the run's log).
+After each other kill the run must say it recovered and write a checkpoint before the
+next one. At the end it checks:
 the run reached ``run.steps``; every log interval has exactly one metrics row (and every
 evaluation one); ``env/restarts`` and ``restarts/<kind>`` equal the kills of each kind;
 an evaluation row follows each evaluation-process kill; the checkpoint loads; no process
@@ -53,6 +54,7 @@ ANNOUNCED = {  # the latest line of each gives the live pids of a kind
     "eval": r"evaluation process pid: (\d+)",
     "render": r"render worker pids: ([\d ]+)",
 }
+STARTED = r"env worker pids"  # a run is collecting: its children can be drawn
 DEFAULTS = [
     "experiment=smoke",
     "env=cue",
@@ -187,7 +189,7 @@ def chaos(args: argparse.Namespace) -> dict:
     attempts = [Attempt(command, workdir / "attempt0.log")]
     print(" ".join(command), flush=True)
     try:
-        attempts[-1].wait_for(r"training .* logging to", 1, args.timeout)
+        attempts[-1].wait_for(STARTED, 1, args.timeout)
         while True:
             attempt = attempts[-1]
             next_kill = time.monotonic() + rng.uniform(*args.interval)
@@ -202,7 +204,11 @@ def chaos(args: argparse.Namespace) -> dict:
             if sum(kills.values()) >= args.kills:
                 continue
             alive_now = candidates(attempt, args.ranks)
-            kind = rng.choice(sorted(alive_now))
+            # at random among the live kinds killed least so far: a short-lived kind
+            # (the evaluation process starts at the first evaluation of each attempt)
+            # still gets its share of the kills
+            fewest = min(kills[kind] for kind in alive_now)
+            kind = rng.choice(sorted(kind for kind in alive_now if kills[kind] == fewest))
             victim = rng.choice(alive_now[kind])
             seen |= descendants(attempt.process.pid)
             before = {name: attempt.count(pattern) for name, pattern in RECOVERED.items()}
@@ -222,7 +228,7 @@ def chaos(args: argparse.Namespace) -> dict:
                 except subprocess.TimeoutExpired:
                     raise ChaosFailed("the run did not exit after its driver was killed") from None
                 attempts.append(Attempt(command, workdir / f"attempt{len(attempts)}.log"))
-                attempts[-1].wait_for(r"training .* logging to", 1, args.timeout)
+                attempts[-1].wait_for(STARTED, 1, args.timeout)
                 continue
             attempt.wait_for(RECOVERED[kind], before[kind] + 1, args.timeout)
             after = attempt.count(r"checkpoint written")

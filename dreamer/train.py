@@ -128,6 +128,9 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
                     if alone and stop.received:
                         break
                 progress.update(env_steps, learner.updates)
+                if evaluation is not None:  # before the save: it holds the one now in flight
+                    with timers.phase("eval"):
+                        evaluation(env_steps, agent.policy)
                 with timers.phase("log"):
                     if world.main and (should_log(env_steps) or env_steps >= cfg.run.steps):
                         row = {
@@ -146,9 +149,6 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
                         writer.write(env_steps, row)
                     if world.main and should_save(time.monotonic()):
                         save(env_steps)
-                if evaluation is not None:
-                    with timers.phase("eval"):
-                        evaluation(env_steps, agent.policy)
                 stopping = stopping or (alone and bool(stop.received))
                 if env_steps >= cfg.run.steps or stopping:
                     break

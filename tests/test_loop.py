@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 import torch
 
+from dreamer import checkpoint
 from dreamer.config import load
 from dreamer.dist import World
 from dreamer.parts import build_parts
-from tests.runs import read_metrics
+from tests.runs import read_metrics, run_trainer
 
 CARTPOLE = ["experiment=smoke", "env=cartpole", "eval.every=0"]
 
@@ -98,3 +99,23 @@ def test_a_metrics_row_holds_the_mean_of_its_interval(tmp_path):
         assert row["known"] == (first + last) / 2, (previous, row)
         checked += last > first  # the last update alone would differ
     assert checked >= 3
+
+
+@pytest.mark.slow
+def test_a_checkpoint_written_as_an_evaluation_starts_holds_it_in_flight(tmp_path):
+    """A checkpoint at the step an evaluation was triggered must carry that evaluation
+    (a resumed run plays it again): written before the trigger, a kill before the next
+    checkpoint lost it for good, since the resumed run's schedule is past its step."""
+    logdir = tmp_path / "run"
+    overrides = ["experiment=smoke", "env=cue", "run.steps=640", "run.train_starts=200"]
+    overrides += ["run.train_ratio=4", "eval.every=200", "eval.episodes=1", "eval.max_steps=50"]
+    # a checkpoint at every loop step, all kept
+    overrides += ["run.save_every=0.001", "run.keep=1000", "run.progress=false"]
+    result = run_trainer(logdir, *overrides)
+    assert result.returncode == 0, result.stderr[-3000:]
+    evals = [row["env_steps"] for row in read_metrics(logdir, "eval")]
+    log = [line for line in result.stderr.splitlines() if "eval" in line]
+    assert evals, "\n".join(log)  # others may be skipped while one runs
+    for step in evals:
+        state = checkpoint.load(logdir / "checkpoints" / f"checkpoint-{step:012d}.pt")
+        assert state["evaluation"]["step"] == step, (step, state["evaluation"]["step"])
