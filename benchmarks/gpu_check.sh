@@ -81,6 +81,9 @@ if ((DRY)); then
     run.train_starts=64 run.steps=84 replay.size=1000 collector.chunk=4 learner.device=cpu
     learner.precision=fp32 learner.compile=false learner.cudagraph=false
     collector.inference.static_batch=false)
+  ATARI=(model=tiny replay.batch=2 replay.length=8 run.train_ratio=16 run.train_starts=64
+    run.steps=96 collector.chunk=4 learner.device=cpu learner.precision=fp32
+    collector.inference.static_batch=false)
   COLLECT=(--models tiny --workers 2 --seconds 0.2)
   FILELOCK=(--messages 32)
   GC=(--steps 520 --heap-objects 10000)
@@ -100,6 +103,9 @@ else
   # train ratio 512 so 200 updates need 3,200 env steps after 4,096 (16 per env x 256)
   TRAIN=(run.envs=16 run.train_ratio=512 run.train_starts=4096 run.steps=7296
     replay.size=20000)
+  # the atari100k preset as it is (size200m, train ratio 256, one env), eager: 32 updates
+  # after 1,024 agent steps
+  ATARI=(run.train_starts=1024 run.steps=1152)
   COLLECT=(--models size1m --workers 16 --seconds 3 collector.inference.static_batch=true)
   FILELOCK=(--messages 1000)
   GC=(--steps 800)
@@ -123,6 +129,9 @@ learner "${shape[@]}" 80
 step trainer 70 $PY -m dreamer.train experiment=minedojo_4gpu env=crafter eval.every=0 \
   run.progress=false run.log_every=256 run.save_every=100000 "${TRAIN[@]}" \
   run.logdir="$WORK/trainer"
+step atari 45 $PY -m dreamer.train experiment=atari100k env.game=pong eval.every=0 \
+  learner.compile=false learner.cudagraph=false run.progress=false run.log_every=32 \
+  run.save_every=100000 "${ATARI[@]}" run.logdir="$WORK/atari"
 step collect 45 $PY benchmarks/collect.py --envs crafter "${COLLECT[@]}" --json "$WORK/collect.json"
 for rest in "${LEARNER_SHAPES[@]:1:1}"; do
   read -r -a shape <<<"$rest"

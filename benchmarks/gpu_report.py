@@ -77,8 +77,9 @@ def learner(work: Path, roof: float | None) -> dict[str, dict]:
     return results
 
 
-def trainer(work: Path) -> dict | None:
-    metrics = work / "trainer" / "metrics.jsonl"
+def trainer(work: Path, name: str = "trainer") -> dict | None:
+    """The last metrics row of the trainer run in ``work/name``."""
+    metrics = work / name / "metrics.jsonl"
     if not metrics.exists():
         return None
     rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
@@ -170,6 +171,12 @@ def summary(report: dict) -> str:
         f"{fmt(t.get('updates_per_s'))} updates/s, {fmt(t.get('env_steps_per_s'), 0)} env steps/s, "
         f"losses finite: {t.get('loss_finite', '-')}",
     ]
+    a = report.get("atari") or {}
+    lines.append(
+        f"atari100k preset (Pong, eager): {a.get('env_steps', '-')} agent steps, "
+        f"{a.get('updates', '-')} updates, {fmt(a.get('updates_per_s'))} updates/s, "
+        f"losses finite: {a.get('loss_finite', '-')}"
+    )
     c = (report.get("collect") or {}).get("crafter", {})
     lines.append(
         "collection (env steps/s): "
@@ -245,6 +252,7 @@ def main() -> int:
         "roof": roof,
         "learner": learner(args.work, (roof or {}).get("flops_per_s")),
         "trainer": trainer(args.work),
+        "atari": trainer(args.work, "atari"),
         "collect": read_json(args.work / "collect.json"),
         "filelock": read_json(args.work / "filelock.json"),
         "gc_freeze": read_json(args.work / "gc_freeze.json"),

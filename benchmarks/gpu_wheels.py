@@ -57,6 +57,9 @@ IMAGE = {
 # 68 MB on its own, over the machine's limit: videos fall back to GIF there.
 LEFT_OUT = {"imageio-ffmpeg"}
 LIMIT_BYTES = 64 * 2**20
+# gpu_check.sh's Atari step (ale-py's 3 MB wheel holds the ROMs); MuJoCo and the trackers
+# stay behind
+CARRIED_EXTRAS = ("atari",)
 
 
 def target_environment() -> dict[str, str]:
@@ -76,9 +79,12 @@ def target_environment() -> dict[str, str]:
 
 
 def project_requirements() -> list[Requirement]:
-    """The project's run-time dependencies (no extras), less LEFT_OUT."""
+    """The project's run-time dependencies and CARRIED_EXTRAS', less LEFT_OUT."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    reqs = [Requirement(line) for line in project["dependencies"]]
+    lines = list(project["dependencies"])
+    for extra in CARRIED_EXTRAS:
+        lines += project["optional-dependencies"][extra]
+    reqs = [Requirement(line) for line in lines]
     return [r for r in reqs if canonicalize_name(r.name) not in LEFT_OUT]
 
 

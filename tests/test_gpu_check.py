@@ -49,7 +49,7 @@ def test_dry_run_passes_and_fits_the_limits(wheels, tmp_path):
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "pip resolves the project offline for cp312" in done.stdout
     report = json.loads((out / "gpu.json").read_text())
-    steps = {"roof", "learner-tiny-2x8", "trainer", "collect", "filelock", "gc_freeze"}
+    steps = {"roof", "learner-tiny-2x8", "trainer", "atari", "collect", "filelock", "gc_freeze"}
     assert {name: row["status"] for name, row in report["steps"].items()} == dict.fromkeys(
         steps, "ok"
     )
@@ -58,6 +58,7 @@ def test_dry_run_passes_and_fits_the_limits(wheels, tmp_path):
     assert set(modes) == {"torchrl_eager", "fused"}
     assert all(mode["updates_per_s"] > 0 and mode["tflops"] > 0 for mode in modes.values())
     assert report["trainer"]["updates"] >= 10 and report["trainer"]["loss_finite"]
+    assert report["atari"]["env_steps"] == 96 and report["atari"]["loss_finite"]
     assert report["collect"]["crafter"]["chunk64"] > 0
     assert sorted(p.name for p in out.iterdir()) == ["gpu.json", "log.txt", "summary.md"]
 
