@@ -77,13 +77,12 @@ if ((DRY)); then
   LEARNER_SHAPES=("tiny 2 8 1")
   LEARNER_MODES=(--modes torchrl_eager fused --roof-size 256)  # a 2048 roof takes ~20 s here
   ROOF=(--size 256)
-  TRAIN=(model=tiny run.envs=2 replay.batch=2 replay.length=8 run.train_ratio=16
-    run.train_starts=64 run.steps=84 replay.size=1000 collector.chunk=4 learner.device=cpu
-    learner.precision=fp32 learner.compile=false learner.cudagraph=false
+  TINY=(model=tiny replay.batch=2 replay.length=8 run.train_ratio=16 run.train_starts=64
+    collector.chunk=4 learner.device=cpu learner.precision=fp32
     collector.inference.static_batch=false)
-  ATARI=(model=tiny replay.batch=2 replay.length=8 run.train_ratio=16 run.train_starts=64
-    run.steps=96 collector.chunk=4 learner.device=cpu learner.precision=fp32
-    collector.inference.static_batch=false)
+  TRAIN=("${TINY[@]}" run.envs=2 run.steps=84 replay.size=1000 learner.compile=false
+    learner.cudagraph=false)
+  ATARI=("${TINY[@]}" run.steps=96)
   COLLECT=(--models tiny --workers 2 --seconds 0.2)
   FILELOCK=(--messages 32)
   GC=(--steps 520 --heap-objects 10000)

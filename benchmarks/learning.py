@@ -40,6 +40,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from dreamer.config import ConfigError  # noqa: E402
 from dreamer.eval_worker import EvalResult  # noqa: E402
 from dreamer.evaluate import evaluate  # noqa: E402
 from dreamer.reports import crafter_score  # noqa: E402
@@ -47,10 +48,6 @@ from dreamer.reports import crafter_score  # noqa: E402
 RESULTS = ROOT / "benchmarks" / "results"
 OFFICIAL = json.loads((ROOT / "benchmarks" / "official" / "dreamerv3_scores.json").read_text())
 SHARE_OF_OFFICIAL = 0.9
-
-
-class BadInput(ValueError):
-    """One line for the user; exit 2."""
 
 
 @dataclass
@@ -94,7 +91,7 @@ def dmc_check(task: str, budget: int | None) -> Check:
     reference = OFFICIAL["dmc_proprio"]
     table = reference["table_500k"]["scores"]
     if task not in table:
-        raise BadInput(f"no official DMC proprio score for {task!r}; known: {', '.join(table)}")
+        raise ConfigError(f"no official DMC proprio score for {task!r}; known: {', '.join(table)}")
     steps = budget or 100_000
     official: dict = {"units": reference["y_units"], "protocol": reference["protocol"]}
     curve = None
@@ -110,7 +107,9 @@ def dmc_check(task: str, budget: int | None) -> Check:
     if "mean" not in official:
         known = f"{reference['steps'][0]}-{reference['steps'][-1]} in steps of 10000 or 500000"
         where = known if task in reference["curves"] else "500000"
-        raise BadInput(f"no official {task} score at {steps} env steps; budgets with one: {where}")
+        raise ConfigError(
+            f"no official {task} score at {steps} env steps; budgets with one: {where}"
+        )
     return Check(
         ["experiment=dmc_proprio", f"env.task={task}"],
         steps,
@@ -127,14 +126,14 @@ def atari_check(game: str, budget: int | None) -> Check:
     reference = OFFICIAL["atari100k"]
     if game not in reference["scores"]:
         known = ", ".join(reference["scores"])
-        raise BadInput(f"no official Atari100k score for {game!r}; known: {known}")
+        raise ConfigError(f"no official Atari100k score for {game!r}; known: {known}")
     steps = budget or reference["budget_steps"]
     if steps != reference["budget_steps"]:
         only = reference["budget_steps"]
-        raise BadInput(f"the official Atari100k scores are at {only} agent steps only, not {steps}")
+        raise ConfigError(f"the official Atari100k scores are at {only} agent steps, not {steps}")
     official = {"mean": float(reference["scores"][game]), "units": reference["x_units"]}
     official |= {"source": reference["source"]}
-    check = Check(
+    return Check(
         ["experiment=atari100k", f"env.game={game}"],
         steps,
         SHARE_OF_OFFICIAL * official["mean"],
@@ -142,7 +141,6 @@ def atari_check(game: str, budget: int | None) -> Check:
         "random policy (measured)",
         official=official,
     )
-    return check
 
 
 def resolve(name: str, task: str | None, game: str | None, budget: int | None) -> tuple[str, Check]:
@@ -154,7 +152,7 @@ def resolve(name: str, task: str | None, game: str | None, budget: int | None) -
         game = game or "pong"
         return f"atari_{game}", atari_check(game, budget)
     if task or game:
-        raise BadInput(f"--task and --game belong to the dmc and atari checks, not {name}")
+        raise ConfigError(f"--task and --game belong to the dmc and atari checks, not {name}")
     return name, CHECKS[name]
 
 
@@ -269,7 +267,7 @@ def main() -> int:
     args = parser.parse_args([a for a in argv if a not in overrides])
     try:
         name, check = resolve(args.check, args.task, args.game, args.budget)
-    except BadInput as error:
+    except ConfigError as error:
         print(f"learning.py: {error}", file=sys.stderr)
         return 2
     seeds = args.seeds or check.seeds
