@@ -144,11 +144,14 @@ class CollectorConfig:
 class LearnerConfig:
     device: str = _f("auto", choices=("auto", "cpu", "cuda"))
     precision: str = _f("auto", choices=("auto", "bf16", "fp32"))  # auto: bf16 on CUDA
-    compile: str = _f("auto", choices=TRISTATE)  # torch.compile the update; auto: on CUDA
+    # torch.compile the update: with the fused rollout, its two step functions (small
+    # graphs, cached in the user cache); with torchrl's, the stepper's whole step.
+    # auto: on CUDA (the long CPU presets set true: it pays after ~200 updates)
+    compile: str = _f("auto", choices=TRISTATE)
     cudagraph: str = _f("auto", choices=TRISTATE)  # CUDA-graph forward/backward; auto: on CUDA
     # fused: world-model and imagination rollouts as tensor scans (dreamer/agent/fused.py);
     # torchrl: torchrl's DreamerV3Loss as is. Same losses, same parameters and checkpoints.
-    # auto: fused unless the update is compiled (compiling the fused loops is unmeasured)
+    # auto: fused
     rollout: str = _f("auto", choices=("auto", "fused", "torchrl"))
     lr: float = _f(4e-5, "> 0")
     warmup: int = _f(1000, ">= 0")  # optimizer warm-up updates

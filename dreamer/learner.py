@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 import torch
 from tensordict import TensorDictBase
+from torch._inductor.runtime.runtime_utils import default_cache_dir
 from torchrl.trainers.algorithms import DreamerV3OptimizationStepper, DreamerV3Optimizer
 
 from dreamer.agent.build import Agent
@@ -60,6 +63,20 @@ class SkippingOptimizer(DreamerV3Optimizer):
         self.consecutive_skips += 1
 
 
+def use_compile_cache() -> Path:
+    """torch.compile's caches (inductor's code, AOT autograd's graphs) in the user cache,
+    ``$XDG_CACHE_HOME/dreamer/torch-compile``, unless ``TORCHINDUCTOR_CACHE_DIR`` names
+    another: torch's default is under /tmp, which a reboot or another node of a cluster
+    does not have, so a resumed run would compile again. (Importing torchrl already sets
+    the variable to torch's default, so that value counts as unset.)"""
+    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if chosen is None or Path(chosen) == Path(default_cache_dir()):
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        chosen = str(base / "dreamer" / "torch-compile")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = chosen
+    return Path(chosen)
+
+
 def learner_modes(learner_cfg, device: torch.device) -> dict[str, bool]:
     """``learner.compile`` / ``cudagraph`` / ``precision`` resolved for ``device``:
     ``auto`` is on for CUDA and off for the CPU; CUDA-only modes on a CPU are refused
@@ -109,21 +126,25 @@ class Learner:
         self.modes = learner_modes(learner_cfg, device)
         # the fused loss computes torchrl's losses from the same modules; self.loss stays
         # the owner of every parameter and buffer, so checkpoints do not depend on it
-        self.fused = learner_cfg.rollout == "fused" or (
-            learner_cfg.rollout == "auto" and not self.modes["compile"]
-        )
-        stepped = FusedDreamerV3Loss(self.loss) if self.fused else self.loss
+        self.fused = learner_cfg.rollout != "torchrl"
+        stepped = self.loss
+        if self.fused:
+            stepped = FusedDreamerV3Loss(self.loss)
+            if self.modes["compile"]:
+                use_compile_cache()
+                stepped.compile()  # small graphs, not the stepper's whole-step trace
         self.stepper = DreamerV3OptimizationStepper(
             stepped,
             self.optimizer,
             agent.target_updater,
-            compile_train_step=self.modes["compile"],
+            compile_train_step=self.modes["compile"] and not self.fused,
             cudagraph=self.modes["cudagraph"],
             mixed_precision=self.modes["bf16"],
         )
         self.updates = 0
-        # compiling and capturing happen in the stepper's warm-up, before the first update
-        self._warm = not (self.modes["compile"] or self.modes["cudagraph"])
+        # the stepper compiles and captures in its warm-up, before the first update; the
+        # fused loss compiles its pieces on their first call
+        self._warm = not (self.modes["cudagraph"] or (self.modes["compile"] and not self.fused))
 
     def update(self, batch: TensorDictBase) -> dict[str, torch.Tensor]:
         """One optimizer step on a [batch, length] replay sample; returns its scalar

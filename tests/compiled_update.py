@@ -1,0 +1,37 @@
+"""One learner update of the smoke agent in a process of its own, written to ``out``:
+its losses, its gradients, and how long the first update took (compiling included).
+
+    python -m tests.compiled_update OUT [overrides...]
+"""
+
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from dreamer.agent.build import build_agent
+from dreamer.config import load
+from dreamer.learner import Learner
+from tests.batches import synthetic_batch
+from tests.test_fused import MULTI_KEY
+
+BASE = ["experiment=smoke", "learner.imag_starts=0"]
+
+
+def one_update(overrides: list[str]) -> dict:
+    cfg = load([*BASE, *overrides])
+    batch = synthetic_batch(MULTI_KEY, cfg.replay.batch, cfg.replay.length)
+    torch.manual_seed(0)
+    agent = build_agent(cfg.model, cfg.learner, MULTI_KEY)
+    learner = Learner(agent, cfg.learner, torch.device("cpu"))
+    torch.manual_seed(1)
+    started = time.perf_counter()
+    losses = learner.update(batch)
+    seconds = time.perf_counter() - started
+    grads = {name: p.grad.clone() for name, p in learner.loss.named_parameters()}
+    return {"losses": losses, "grads": grads, "seconds": seconds, "fused": learner.fused}
+
+
+if __name__ == "__main__":
+    torch.save(one_update(sys.argv[2:]), Path(sys.argv[1]))

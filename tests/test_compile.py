@@ -1,0 +1,43 @@
+"""learner.compile=true with the fused loss: small compiled graphs that compute what the
+eager fused loss computes, and a compile cache a later process reuses."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.compiled_update import one_update
+from tests.runs import ROOT
+
+RTOL = 1e-5
+
+
+@pytest.mark.slow
+def test_a_compiled_update_equals_the_eager_one_and_a_new_process_reuses_its_cache(tmp_path):
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    compiled = []
+    for attempt in ("cold", "warm"):
+        out = tmp_path / f"{attempt}.pt"
+        subprocess.run(
+            [sys.executable, "-m", "tests.compiled_update", str(out), "learner.compile=true"],
+            cwd=ROOT, env=env, check=True, timeout=600,
+        )  # fmt: skip
+        compiled.append(torch.load(out))
+    cold, warm = compiled
+    cache = tmp_path / "cache" / "dreamer" / "torch-compile"
+    assert any(cache.iterdir()), "the compile cache is in the user cache"
+    # the second process loads the compiled graphs instead of compiling them again
+    assert warm["seconds"] < cold["seconds"] / 3, (cold["seconds"], warm["seconds"])
+
+    eager = one_update(["learner.compile=false"])
+    assert cold["fused"] and eager["fused"]
+    for run in (cold, warm):
+        assert run["losses"].keys() == eager["losses"].keys()
+        for key, value in eager["losses"].items():
+            torch.testing.assert_close(run["losses"][key], value, rtol=RTOL, atol=1e-7)
+        for name, grad in eager["grads"].items():
+            error = (run["grads"][name] - grad).norm() / grad.norm().clamp_min(1e-12)
+            assert error <= RTOL, (name, float(error))
