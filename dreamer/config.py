@@ -146,7 +146,7 @@ class LearnerConfig:
     precision: str = _f("auto", choices=("auto", "bf16", "fp32"))  # auto: bf16 on CUDA
     # torch.compile the update: with the fused rollout, its two step functions (small
     # graphs, cached in the user cache); with torchrl's, the stepper's whole step.
-    # auto: on CUDA (the long CPU presets set true: it pays after ~200 updates)
+    # auto: on CUDA (the long CPU presets set true: it pays after a few hundred updates)
     compile: str = _f("auto", choices=TRISTATE)
     cudagraph: str = _f("auto", choices=TRISTATE)  # CUDA-graph forward/backward; auto: on CUDA
     # fused: world-model and imagination rollouts as tensor scans (dreamer/agent/fused.py);
