@@ -16,7 +16,9 @@ Modes, each on a fresh agent with the same weights and the same batch:
   torchrl_rollout          the project's learner with learner.rollout=torchrl
   fewer_starts             CPU: fused, imagining from a quarter of the replayed states
                            (learner.imag_starts = batch x length / 4, a DreamerV3 option)
-  compiled                 fused with learner.compile=true (CPU: on request)
+  compiled                 fused with learner.compile=true: its two step functions
+                           compiled (CPU: on request; a cold cache compiles, see
+                           XDG_CACHE_HOME in the README)
   eager_fp32               CUDA only: compile, CUDA graph and bf16 off
   compiled_cudagraph_bf16  CUDA only: all three on
 The timed updates of all modes are interleaved (one update of each mode per round) so
