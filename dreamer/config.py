@@ -144,8 +144,8 @@ class CollectorConfig:
 class LearnerConfig:
     device: str = _f("auto", choices=("auto", "cpu", "cuda"))
     precision: str = _f("auto", choices=("auto", "bf16", "fp32"))  # auto: bf16 on CUDA
-    # torch.compile the update: with the fused rollout, its two step functions (small
-    # graphs, cached in the user cache); with torchrl's, the stepper's whole step.
+    # torch.compile the update (cached in the user cache): with the fused rollout, its two
+    # step functions (small graphs); with torchrl's, the stepper's whole step.
     # auto: on CUDA (the long CPU presets set true: it pays after a few hundred updates)
     compile: str = _f("auto", choices=TRISTATE)
     cudagraph: str = _f("auto", choices=TRISTATE)  # CUDA-graph forward/backward; auto: on CUDA

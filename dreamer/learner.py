@@ -63,7 +63,7 @@ class SkippingOptimizer(DreamerV3Optimizer):
         self.consecutive_skips += 1
 
 
-def use_compile_cache() -> Path:
+def use_compile_cache() -> None:
     """torch.compile's caches (inductor's code, AOT autograd's graphs) in the user cache,
     ``$XDG_CACHE_HOME/dreamer/torch-compile``, unless ``TORCHINDUCTOR_CACHE_DIR`` names
     another: torch's default is under /tmp, which a reboot or another node of a cluster
@@ -72,9 +72,7 @@ def use_compile_cache() -> Path:
     chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if chosen is None or Path(chosen) == Path(default_cache_dir()):
         base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        chosen = str(base / "dreamer" / "torch-compile")
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = chosen
-    return Path(chosen)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(base / "dreamer" / "torch-compile")
 
 
 def learner_modes(learner_cfg, device: torch.device) -> dict[str, bool]:
@@ -127,24 +125,26 @@ class Learner:
         # the fused loss computes torchrl's losses from the same modules; self.loss stays
         # the owner of every parameter and buffer, so checkpoints do not depend on it
         self.fused = learner_cfg.rollout != "torchrl"
+        if self.modes["compile"]:
+            use_compile_cache()
         stepped = self.loss
         if self.fused:
             stepped = FusedDreamerV3Loss(self.loss)
             if self.modes["compile"]:
-                use_compile_cache()
                 stepped.compile()  # small graphs, not the stepper's whole-step trace
+        whole_step = self.modes["compile"] and not self.fused
         self.stepper = DreamerV3OptimizationStepper(
             stepped,
             self.optimizer,
             agent.target_updater,
-            compile_train_step=self.modes["compile"] and not self.fused,
+            compile_train_step=whole_step,
             cudagraph=self.modes["cudagraph"],
             mixed_precision=self.modes["bf16"],
         )
         self.updates = 0
         # the stepper compiles and captures in its warm-up, before the first update; the
         # fused loss compiles its pieces on their first call
-        self._warm = not (self.modes["cudagraph"] or (self.modes["compile"] and not self.fused))
+        self._warm = not (self.modes["cudagraph"] or whole_step)
 
     def update(self, batch: TensorDictBase) -> dict[str, torch.Tensor]:
         """One optimizer step on a [batch, length] replay sample; returns its scalar

@@ -400,13 +400,11 @@ class FusedDreamerV3Loss(nn.Module):
         ):
             return self._value(state, belief, features)
 
-    def _returns(self, features: torch.Tensor, horizon: int):
+    def _returns(self, im_states, im_beliefs, features, horizon: int):
         """The critic's logits on every imagined state (with gradients for its loss on
         states 0..H-1; detached for the bootstrap values and the baseline), and the
         actor's targets: lambda returns, baseline, discount and continuation."""
         actor_loss = self.actor_loss
-        size = self.cell.stoch
-        im_states, im_beliefs = features[..., :size], features[..., size:]
         value_logits_all = _head(self.value_net, im_states, im_beliefs, features).float()
         with torch.no_grad():
             next_s, next_b = im_states[:, 1:], im_beliefs[:, 1:]
@@ -423,15 +421,6 @@ class FusedDreamerV3Loss(nn.Module):
             else:
                 discount = torch.ones_like(lambda_target)
         return value_logits_all, lambda_target, baseline, discount, continuation
-
-    def _critic(self, value_logits, target, slow):
-        """The critic's two-hot losses per imagined step: (total, slow-critic term)."""
-        value_loss = self.inner.value_loss
-        critic = two_hot_cross_entropy(value_logits, target, value_loss.value_bins)
-        if slow is None:
-            return critic, torch.zeros_like(critic)
-        slow_loss = two_hot_cross_entropy(value_logits, slow, value_loss.value_bins)
-        return critic + value_loss.slow_critic_regularization * slow_loss, slow_loss
 
     def forward(self, sample: TensorDictBase) -> TensorDictBase:
         loss = self.inner
@@ -451,7 +440,7 @@ class FusedDreamerV3Loss(nn.Module):
         im_states, im_beliefs = features[..., :size], features[..., size:]
         now_s, now_b, now_f = im_states[:, :horizon], im_beliefs[:, :horizon], features[:, :horizon]
         value_logits_all, lambda_target, baseline, discount, continuation = self._returns(
-            features, horizon
+            im_states, im_beliefs, features, horizon
         )
         # actor: REINFORCE on stopped imagined states and actions, as torchrl's
         dist = self.actor.dist(now_s, now_b)
@@ -475,8 +464,13 @@ class FusedDreamerV3Loss(nn.Module):
         target = lambda_target.squeeze(-1)
         step_discount = discount.squeeze(-1)
         regularize = value_loss.slow_critic_regularization
-        slow = self._slow_value(now_s, now_b, now_f).squeeze(-1) if regularize else None
-        critic, slow_loss = self._critic(value_logits, target, slow)
+        critic = two_hot_cross_entropy(value_logits, target, value_loss.value_bins)
+        if regularize:
+            slow = self._slow_value(now_s, now_b, now_f).squeeze(-1)
+            slow_loss = two_hot_cross_entropy(value_logits, slow, value_loss.value_bins)
+            critic = critic + regularize * slow_loss
+        else:
+            slow_loss = torch.zeros_like(critic)
 
         result = {key: value.squeeze() for key, value in model_losses.items()}
         result.update(
