@@ -1,22 +1,27 @@
-"""SIGKILL random processes of a real training run until it reaches ``run.steps``.
+"""SIGKILL random processes of a real training run, then let it finish.
 
     python benchmarks/chaos.py                          # 20 kills, memory replay, 1 rank
     python benchmarks/chaos.py --kills 5 --replay disk --json results/chaos-disk.json
-    python benchmarks/chaos.py --ranks 2 run.steps=6000 # torchrun --nproc_per_node=2
+    python benchmarks/chaos.py --ranks 2 --steps 6000   # torchrun --nproc_per_node=2
 
 Every few seconds one process of the run is killed, its kind drawn at random among
 those alive and killed least so far: the driver (a rank under torchrun; then the same
 command is run again, and it resumes), an env worker, the inference server, the
 evaluation process, a render worker (the children's pids are read from the run's log).
 After each other kill the run must say it recovered and write a checkpoint before the
-next one. At the end it checks:
-the run reached ``run.steps``; every log interval has exactly one metrics row (and every
+next one. The run's length is tied to the kills, not to the machine's speed: it runs
+with no step limit until the last kill's recovery, is then stopped by USR1 (it
+checkpoints), and a last rerun finishes it at ``--steps`` or ``FINISH`` steps past that
+checkpoint, whichever is later. At the end it checks:
+the run reached that step; every log interval has exactly one metrics row (and every
 evaluation one); ``env/restarts`` and ``restarts/<kind>`` equal the kills of each kind;
 an evaluation row follows each evaluation-process kill; the checkpoint loads; no process
 of the run is left. Prints (and with ``--json`` writes)
-``{"kills": {kind: n}, "survived": bool, "duplicated_rows": n, "missing_rows": n,
-"orphans": n, "wall_s": s, ...}``; exits 1 unless it survived with nothing duplicated,
-missing or left over.
+``{"kills": {kind: n}, "delivered": bool, "survived": bool, "duplicated_rows": n,
+"missing_rows": n, "orphans": n, "wall_s": s, ...}``. Exits 0 when every kill was
+delivered and the run survived with nothing duplicated, missing or left over; 1 when
+the run did not survive or lost or duplicated something; 3 when the harness could not
+deliver its kills (``harness_failure`` says why; the run is judged on what it got).
 """
 
 from __future__ import annotations
@@ -55,6 +60,8 @@ ANNOUNCED = {  # the latest line of each gives the live pids of a kind
     "render": r"render worker pids: ([\d ]+)",
 }
 STARTED = r"env worker pids"  # a run is collecting: its children can be drawn
+UNTIL_STOPPED = 10**9  # run.steps while kills are delivered: the harness ends the run
+FINISH = 500  # env steps the last rerun trains past the stopped run's checkpoint
 DEFAULTS = [
     "experiment=smoke",
     "env=cue",
@@ -71,7 +78,11 @@ DEFAULTS = [
 
 
 class ChaosFailed(AssertionError):
-    pass
+    """The run did not survive."""
+
+
+class HarnessFailed(RuntimeError):
+    """The harness could not do what it promised (the run may be fine)."""
 
 
 class Attempt:
@@ -169,30 +180,45 @@ def option(overrides: list[str], key: str, default: str) -> str:
     return values[-1] if values else default
 
 
+def stop(attempt: Attempt, ranks: int, timeout: float) -> None:
+    """USR1 to the run's drivers once it is training (a checkpoint written since it
+    started or recovered): it checkpoints and exits."""
+    attempt.wait_for(r"checkpoint written", attempt.count(r"checkpoint written") + 1, timeout)
+    for pid in rank_pids(attempt.process.pid, ranks):
+        os.kill(pid, signal.SIGUSR1)
+    try:
+        attempt.process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        raise ChaosFailed(f"the run did not stop after USR1: {attempt.tail()}") from None
+    if ranks == 1 and attempt.process.returncode != checkpoint.REQUEUE_EXIT:
+        raise ChaosFailed(f"USR1 ended the run with {attempt.process.returncode}: {attempt.tail()}")
+
+
 def chaos(args: argparse.Namespace) -> dict:
     rng = random.Random(args.seed)
     workdir = Path(tempfile.mkdtemp(prefix="chaos-"))
     logdir = Path(option(args.overrides, "run.logdir", str(workdir / "run")))
-    overrides = [*DEFAULTS, f"run.steps={args.steps}", f"replay.storage={args.replay}"]
-    overrides += [*args.overrides, f"run.logdir={logdir}"]
-    steps = int(option(overrides, "run.steps", "0"))
+    overrides = [*DEFAULTS, f"replay.storage={args.replay}", *args.overrides]
+    overrides.append(f"run.logdir={logdir}")
     log_every = int(option(overrides, "run.log_every", "0"))
     eval_every = int(option(overrides, "eval.every", "0"))
     launcher = [sys.executable, "-m", "dreamer.train"]
     if args.ranks > 1:
         launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
         launcher += [f"--nproc_per_node={args.ranks}", "-m", "dreamer.train"]
-    command = [*launcher, *overrides]
+    command = [*launcher, *overrides, f"run.steps={UNTIL_STOPPED}"]
+    steps = args.steps  # the end step, fixed once the last kill's recovery is seen
     kills: collections.Counter = collections.Counter()
     eval_kills: list[int] = []  # the last logged env step at each evaluation-process kill
     seen: set[int] = set()
-    failure = None
+    failure = harness_failure = None
     started = time.monotonic()
     attempts = [Attempt(command, workdir / "attempt0.log")]
     print(" ".join(command), flush=True)
     try:
         attempts[-1].wait_for(STARTED, 1, args.timeout)
-        while True:
+        last_drawn = time.monotonic()
+        while sum(kills.values()) < args.kills:
             attempt = attempts[-1]
             next_kill = time.monotonic() + rng.uniform(*args.interval)
             while time.monotonic() < next_kill and attempt.process.poll() is None:
@@ -200,12 +226,13 @@ def chaos(args: argparse.Namespace) -> dict:
                 time.sleep(0.2)
             if attempt.process.poll() is not None:
                 code = attempt.process.returncode
-                if code != 0:
-                    raise ChaosFailed(f"the run exited with {code}: {attempt.tail()}")
-                break
-            if sum(kills.values()) >= args.kills:
-                continue
+                raise ChaosFailed(f"the run exited with {code} between kills: {attempt.tail()}")
             alive_now = candidates(attempt, args.ranks)
+            if not alive_now:  # between a replacement's start and its announcement
+                if time.monotonic() - last_drawn > args.timeout:
+                    raise HarnessFailed(f"no process of the run to draw for {args.timeout:.0f} s")
+                continue
+            last_drawn = time.monotonic()
             # at random among the live kinds killed least so far: a short-lived kind
             # (the evaluation process starts at the first evaluation of each attempt)
             # still gets its share of the kills
@@ -235,8 +262,24 @@ def chaos(args: argparse.Namespace) -> dict:
             attempt.wait_for(RECOVERED[kind], before[kind] + 1, args.timeout)
             after = attempt.count(r"checkpoint written")
             attempt.wait_for(r"checkpoint written", max(after, saved) + 1, args.timeout)
+        # every kill delivered and recovered from: stop the run, then finish it
+        stop(attempts[-1], args.ranks, args.timeout)
+        stopped_at = checkpoint.load(checkpoint.latest(logdir))["steps"]["env_steps"]
+        steps = max(args.steps, stopped_at + FINISH)
+        final = [*command[:-1], f"run.steps={steps}"]
+        attempts.append(Attempt(final, workdir / f"attempt{len(attempts)}.log"))
+        while attempts[-1].process.poll() is None:
+            seen |= descendants(attempts[-1].process.pid)
+            time.sleep(0.2)
+        if attempts[-1].process.returncode != 0:
+            raise ChaosFailed(
+                f"the last rerun exited with {attempts[-1].process.returncode}: "
+                f"{attempts[-1].tail()}"
+            )
     except ChaosFailed as error:
         failure = str(error)
+    except HarnessFailed as error:
+        harness_failure = str(error)
     finally:
         for attempt in attempts:
             if attempt.process.poll() is None:
@@ -280,6 +323,8 @@ def chaos(args: argparse.Namespace) -> dict:
     )
     return {
         "kills": {kind: kills[kind] for kind in KINDS},
+        "delivered": sum(kills.values()) == args.kills,
+        "harness_failure": harness_failure,
         "survived": survived,
         "duplicated_rows": duplicated,
         "missing_rows": missing,
@@ -300,7 +345,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ranks", type=int, default=1)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, help="run.steps (default: 250 per kill + 1000)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        help="the run ends at this env step or FINISH steps past its last kill's recovery,"
+        " whichever is later (default: 250 per kill + 1000)",
+    )
     parser.add_argument("--interval", type=float, nargs=2, default=(2.0, 6.0))
     parser.add_argument("--timeout", type=float, default=300, help="s to wait for a recovery")
     parser.add_argument("overrides", nargs="*")
@@ -316,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     clean = result["survived"] and not (
         result["duplicated_rows"] or result["missing_rows"] or result["orphans"]
     )
+    if result["harness_failure"] or not result["delivered"]:
+        return 3
     return 0 if clean else 1
 
 

@@ -14,6 +14,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# A run that lasts until the test has done what it came to do, then stops it
+# (``Trainer.stop``): no machine is fast enough to finish it first.
+UNTIL_STOPPED = "run.steps=1000000000"
 
 
 def trainer_command(logdir: Path, *overrides: str) -> list[str]:
@@ -127,6 +130,11 @@ class Trainer:
     def wait(self, timeout: float = 600) -> int:
         """Its exit code (a negative signal number if a signal ended it)."""
         return self.process.wait(timeout)
+
+    def stop(self, timeout: float = 300) -> int:
+        """USR1 (a preemption): it checkpoints and exits; its exit code."""
+        self.process.send_signal(signal.SIGUSR1)
+        return self.wait(timeout)
 
 
 def read_metrics(logdir: Path, which: str = "train", live: bool = False) -> list[dict]:

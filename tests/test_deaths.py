@@ -16,9 +16,16 @@ import pytest
 
 from dreamer import checkpoint
 from dreamer.render import RenderPool, draw
-from tests.runs import Trainer, alive, all_gone, descendants, ignores_usr1, read_metrics
+from tests.runs import (
+    UNTIL_STOPPED,
+    Trainer,
+    alive,
+    all_gone,
+    descendants,
+    ignores_usr1,
+    read_metrics,
+)
 
-STEPS = 1500  # more than it takes: the run is stopped by USR1
 EVERY = 300
 RUN = [
     "experiment=smoke",
@@ -33,7 +40,7 @@ RUN = [
     "eval.episodes=1",
     "eval.max_steps=100",
     "eval.render_workers=1",
-    f"run.steps={STEPS}",
+    UNTIL_STOPPED,  # the test ends it with USR1
 ]
 
 

@@ -9,20 +9,14 @@ import time
 import pytest
 
 from dreamer import checkpoint
-from tests.runs import Trainer, all_gone, read_metrics
+from tests.runs import UNTIL_STOPPED, Trainer, all_gone, read_metrics
 from tests.test_resume import FAST
 
 pytestmark = pytest.mark.slow
 
-STEPS = 1000
 KILLS = 3
 IN_A_WRITE = 1  # the kill that lands inside a checkpoint write
-RUN = [
-    *FAST,
-    f"run.steps={STEPS}",
-    "run.save_every=1",
-    "replay.storage=disk",
-]
+RUN = [*FAST, "run.save_every=1", "replay.storage=disk"]
 
 
 def kill_inside_a_checkpoint_write(trainer: Trainer, deadline: float) -> tuple[set, list]:
@@ -43,7 +37,8 @@ def test_kill_9_at_random_moments_loses_nothing(tmp_path):
     logdir = tmp_path / "run"
     checkpoints = [0]
     for moment in range(KILLS):
-        trainer = Trainer(logdir, *RUN, log=tmp_path / f"run{moment}.log")
+        # killed whatever its speed: it would run until stopped
+        trainer = Trainer(logdir, *RUN, UNTIL_STOPPED, log=tmp_path / f"run{moment}.log")
         # it resumed (rows a killed run left past its checkpoint are gone by the time
         # it says "training") and made progress
         trainer.wait_for("training")
@@ -65,7 +60,8 @@ def test_kill_9_at_random_moments_loses_nothing(tmp_path):
         checkpoints.append(step)
         assert checkpoints[-1] >= checkpoints[-2], "a checkpoint went back in time"
     print(f"checkpoint env steps after each kill: {checkpoints[1:]}")
-    final = Trainer(logdir, *RUN, log=tmp_path / "final.log")
+    steps = checkpoints[-1] + 500  # the last rerun goes on from there, then finishes
+    final = Trainer(logdir, *RUN, f"run.steps={steps}", log=tmp_path / "final.log")
     assert final.wait(600) == 0, final.tail(3000)
     assert not list(checkpoint.checkpoint_dir(logdir).glob(".*.tmp")), "partial write left"
     assert (
@@ -75,9 +71,9 @@ def test_kill_9_at_random_moments_loses_nothing(tmp_path):
     assert f"at env step {checkpoints[-1]}" in final.text()
     assert checkpoints[-1] > 0, "the killed runs made no progress"
     rows = read_metrics(logdir)
-    steps = [row["env_steps"] for row in rows]
-    assert steps == sorted(set(steps)) and steps[-1] == STEPS
+    logged = [row["env_steps"] for row in rows]
+    assert logged == sorted(set(logged)) and logged[-1] == steps
     for counter in ("updates", "policy_version", "episodes"):
         values = [row[counter] for row in rows]
         assert values == sorted(values), f"{counter} went back"
-    assert checkpoint.load(checkpoint.latest(logdir))["steps"]["env_steps"] == STEPS
+    assert checkpoint.load(checkpoint.latest(logdir))["steps"]["env_steps"] == steps

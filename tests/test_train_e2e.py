@@ -18,7 +18,7 @@ from PIL import Image
 from dreamer import checkpoint
 from dreamer.envs.crafter import ACHIEVEMENTS
 from dreamer.train import main
-from tests.runs import read_metrics, run_trainer
+from tests.runs import UNTIL_STOPPED, read_metrics, run_trainer
 
 LOSS_TERMS = ("loss_model_reco", "loss_model_reward", "loss_actor", "loss_value")
 
@@ -127,11 +127,9 @@ def test_heap_is_unfrozen_after_an_interrupt(tmp_path):
 
     def interrupt_once_logging():
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if metrics.exists() and metrics.read_text().strip():
-                os.kill(os.getpid(), signal.SIGINT)
-                return
+        while time.monotonic() < deadline and not (metrics.exists() and metrics.read_text()):
             time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGINT)  # past the deadline too: the run never ends alone
 
     # a shell that starts this suite in the background ignores SIGINT; Ctrl-C in a
     # terminal raises KeyboardInterrupt, which is the behaviour under test
@@ -142,7 +140,7 @@ def test_heap_is_unfrozen_after_an_interrupt(tmp_path):
             [
                 "experiment=smoke",
                 "env=cue",
-                "run.steps=3000",
+                UNTIL_STOPPED,  # Ctrl-C ends it
                 "run.log_every=64",
                 f"run.logdir={logdir}",
                 "run.progress=false",
