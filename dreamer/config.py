@@ -89,6 +89,11 @@ class ModelConfig:
     stoch: int = _f(32, ">= 1")  # number of categoricals
     classes: int = _f(check=">= 2")
     cnn_depth: int = _f(check=">= 1")
+    # image CNNs: true = torchrl's (kernel-5 stride-2 convolutions, transposed in the
+    # decoder); false = the DreamerV3 author's default (enc/dec.simple.strided: False):
+    # kernel-5 stride-1 convolutions with 2x2 max-pools / nearest 2x upsamples, 4x the
+    # convolution FLOPs; needs an even cnn_depth and deter a multiple of 8
+    cnn_strided: bool = _f(True)
     units: int = _f(check=">= 1")  # MLP width
     layers: int = _f(2, ">= 1")  # MLP depth for heads/encoder
     blocks: int = _f(8, ">= 1")  # block-GRU blocks; must divide deter and hidden

@@ -120,9 +120,16 @@ def latent_sizes(model) -> tuple[int, int]:
     return model.stoch * model.classes, model.deter
 
 
+def cnn_strided(model) -> bool:
+    """``model.cnn_strided``; true (torchrl's CNNs) for configs written before it."""
+    return bool(getattr(model, "cnn_strided", True))
+
+
 def build_rssm(model, spaces: EnvSpaces) -> tuple[MultiEncoder, RSSMPriorV3, RSSMPosteriorV3]:
     """The observation encoder and the RSSM cell (prior with its block GRU, posterior)."""
-    encoder = MultiEncoder(spaces, model.cnn_depth, model.units, model.layers)
+    encoder = MultiEncoder(
+        spaces, model.cnn_depth, model.units, model.layers, strided=cnn_strided(model)
+    )
     prior = RSSMPriorV3(
         action_shape=(spaces.action_dim,),
         action_dim=spaces.action_dim,
@@ -192,7 +199,15 @@ def build_agent(model, learner, spaces: EnvSpaces, ranks: int = 1) -> Agent:
     obs_names = [key.name for key in spaces.obs]
 
     encoder, prior, posterior = build_rssm(model, spaces)
-    decoder = MultiDecoder(spaces, features, model.cnn_depth, model.units, model.layers)
+    decoder = MultiDecoder(
+        spaces,
+        features,
+        model.cnn_depth,
+        model.units,
+        model.layers,
+        strided=cnn_strided(model),
+        state_features=state_dim,
+    )
     reward_net = _head(features, model.bins, model, outscale=0.0)
     continue_net = _head(features, 1, model)
     next_latent = [("next", "state"), ("next", "belief")]

@@ -1,5 +1,6 @@
 """Networks torchrl does not ship: multi-key observation encoder and decoder, and a
-continuous actor head. Everything else (RSSM, CNNs, MLPs, discrete actor) is torchrl's.
+continuous actor head. Everything else (RSSM, CNNs, MLPs, discrete actor) is torchrl's,
+but for the author's default stride-1 CNNs (``model.cnn_strided=false``, ``cnn.py``).
 
 torchrl's DreamerV3 modules take one image or one vector; real environments (MineDojo,
 robotics) give several keys at once, so these modules route each key to the matching
@@ -14,6 +15,7 @@ from torchrl.modules import DreamerV3ImageDecoder, DreamerV3ImageEncoder, Dreame
 from torchrl.modules.models.model_based import _dreamer_v3_init
 from torchrl.objectives.dreamer_v3 import symexp, symlog
 
+from dreamer.agent.cnn import PoolingImageEncoder, UpsamplingImageDecoder
 from dreamer.agent.spaces import EnvSpaces
 
 CNN_MULTS = (2, 3, 4, 4)
@@ -24,17 +26,20 @@ def _channels_first(image: torch.Tensor) -> torch.Tensor:
 
 
 class MultiEncoder(nn.Module):
-    """Images through torchrl's CNN, symlog vectors through an MLP, concatenated.
+    """Images through torchrl's CNN (``strided``; else the author's default stride-1
+    CNN, ``cnn.py``), symlog vectors through an MLP, concatenated.
 
     Inputs come in the order of ``spaces.obs``.
     """
 
-    def __init__(self, spaces: EnvSpaces, cnn_depth: int, units: int, layers: int):
+    def __init__(
+        self, spaces: EnvSpaces, cnn_depth: int, units: int, layers: int, strided: bool = True
+    ):
         super().__init__()
         self.kinds = [key.kind for key in spaces.obs]
+        cnn = DreamerV3ImageEncoder if strided else PoolingImageEncoder
         self.cnns = nn.ModuleList(
-            DreamerV3ImageEncoder(key.shape[-1], depth=cnn_depth, mults=CNN_MULTS)
-            for key in spaces.image_keys
+            cnn(key.shape[-1], depth=cnn_depth, mults=CNN_MULTS) for key in spaces.image_keys
         )
         image_features = sum(
             cnn.output_features((key.shape[-1], *key.shape[:2]))
@@ -60,23 +65,50 @@ class MultiDecoder(nn.Module):
     """Reconstructs every observation key from the latent features.
 
     Images come out HWC in [0, 1] scale (compared with target / 255); vectors come
-    out through symexp so the loss's symlog compares them in symlog space.
+    out through symexp so the loss's symlog compares them in symlog space. Images
+    through torchrl's CNN (``strided``; else the author's default stride-1 CNN, whose
+    input projection takes state and belief apart, ``cnn.py``).
     """
 
     def __init__(
-        self, spaces: EnvSpaces, in_features: int, cnn_depth: int, units: int, layers: int
+        self,
+        spaces: EnvSpaces,
+        in_features: int,
+        cnn_depth: int,
+        units: int,
+        layers: int,
+        strided: bool = True,
+        state_features: int | None = None,
     ):
+        """``state_features``: the stochastic state's size (``in_features`` less the
+        belief's); needed when not ``strided``."""
         super().__init__()
         self.kinds = [key.kind for key in spaces.obs]
-        self.cnns = nn.ModuleList(
-            DreamerV3ImageDecoder(
-                in_features,
-                (key.shape[-1], *key.shape[:2]),
-                depth=cnn_depth,
-                mults=CNN_MULTS,
+        self.strided = strided
+        if strided:
+            self.cnns = nn.ModuleList(
+                DreamerV3ImageDecoder(
+                    in_features,
+                    (key.shape[-1], *key.shape[:2]),
+                    depth=cnn_depth,
+                    mults=CNN_MULTS,
+                )
+                for key in spaces.image_keys
             )
-            for key in spaces.image_keys
-        )
+        else:
+            if state_features is None:
+                raise ValueError("the stride-1 image decoder needs state_features")
+            self.cnns = nn.ModuleList(
+                UpsamplingImageDecoder(
+                    state_features,
+                    in_features - state_features,
+                    (key.shape[-1], *key.shape[:2]),
+                    depth=cnn_depth,
+                    mults=CNN_MULTS,
+                    units=units,
+                )
+                for key in spaces.image_keys
+            )
         self.vector_sizes = [key.size for key in spaces.vector_keys]
         self.vector_shapes = [key.shape for key in spaces.vector_keys]
         self.mlp = None
@@ -87,7 +119,8 @@ class MultiDecoder(nn.Module):
 
     def forward(self, state: torch.Tensor, belief: torch.Tensor) -> tuple[torch.Tensor, ...]:
         features = torch.cat([state, belief], -1)
-        images = iter([_channels_first_inverse(cnn(features)) for cnn in self.cnns])
+        latent = (features,) if self.strided else (state, belief)
+        images = iter([_channels_first_inverse(cnn(*latent)) for cnn in self.cnns])
         vectors = iter(())
         if self.mlp is not None:
             hidden = self.mlp(features)
