@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install train smoke test test-fast lint bench-learning gpu-wheels gpu-check-dry clean osmesa
+.PHONY: install train smoke test test-fast lint bench-learning gpu-wheels gpu-check-dry clean osmesa peers
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -47,6 +47,10 @@ lint: $(STAMP)
 
 bench-learning: $(STAMP)
 	$(PY) benchmarks/learning.py $(or $(ARGS),cartpole)
+
+# .venv-peers/{official,sheeprl} for side-by-side benchmarks: make peers OFFICIAL_SRC=<dreamerv3 checkout>
+peers:
+	$(PYTHON) benchmarks/peers/venvs.py --official-src "$(OFFICIAL_SRC)" --python $(PYTHON) $(ARGS)
 
 # cp312 wheels the offline GPU machine installs (benchmarks/gpu_check.sh): the versions
 # this venv resolves, less what that machine's image holds (torch 2.11, numpy, ...)

@@ -1,0 +1,294 @@
+"""DMC proprio learning runs side by side: ours and the official DreamerV3, one protocol.
+
+    python benchmarks/peers/learn.py --task cartpole_balance --impls ours --seeds 0 1 2
+    python benchmarks/peers/learn.py --task reacher_easy --impls official --seeds 0 1
+    python benchmarks/peers/learn.py --task cartpole_balance --reuse   # table and plot only
+
+Both train at ``experiment=dmc_proprio_cpu`` (the official ``dmc_proprio`` settings at a
+CPU train ratio and budget): the official's flags are derived from that preset (train
+ratio, env count, batch, length, steps, seed, repeat 1, the suite's time limit,
+proprio only, size1m), so the two cannot drift apart. The official runs its own
+``dreamerv3/main.py`` from ``.venv-peers/official`` (``make peers OFFICIAL_SRC=...``) with
+``jax.compute_dtype=float32`` (its default bfloat16 is ~2x slower on this CPU). Runs go
+one at a time by default (``--parallel N`` for more), each in
+``runs/peers/<task>/<impl>-seed<n>``; a rerun resumes an unfinished run and reuses a
+finished one.
+
+Recorded per run: the training-episode returns of the stochastic policy (the metric of
+the official score files) as ``[env_step, mean return, episodes]`` rows, for ours also the
+greedy evaluation returns (``eval.every``), the wall time, the load average around the
+run (was the machine otherwise idle?) and the command. ``benchmarks/results/
+peers_learn_<task>.json`` keeps every run recorded so far (runs of several sessions add
+up), ``peers_learn_<task>.png`` overlays every run's curve with the official score
+file's (its own protocol: 12M model, train ratio 512, repeat 2; for reference only).
+Bad input (unknown task, a peer not built) exits 2 with one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from dreamer.config import ConfigError, load  # noqa: E402
+
+PRESET = "experiment=dmc_proprio_cpu"
+RESULTS = ROOT / "benchmarks" / "results"
+PEERS = ROOT / ".venv-peers"
+SCORES = json.loads((ROOT / "benchmarks" / "official" / "dreamerv3_scores.json").read_text())
+EVAL = ["eval.every=10000", "eval.episodes=4"]  # ours' greedy returns beside the training ones
+IMPLS = ("ours", "official")
+AT_BUDGET = 0.2  # "return at the budget": episodes ending in the last 20% of the steps
+
+
+def official_source() -> Path:
+    """The official source recorded by ``make peers``; ConfigError if not built."""
+    venv = PEERS / "official"
+    recorded = venv / "OFFICIAL_SRC"
+    if not (venv / ".installed").exists() or not recorded.exists():
+        raise ConfigError(
+            "official: .venv-peers/official is not built; run make peers OFFICIAL_SRC=<a "
+            "checkout of github.com/danijar/dreamerv3>"
+        )
+    return Path(recorded.read_text().strip())
+
+
+def commands(impl: str, task: str, seed: int, steps: int, logdir: Path) -> tuple[list, dict]:
+    """The command line and extra environment of one run."""
+    cfg = load([PRESET, f"env.task={task}", f"run.seed={seed}", f"run.steps={steps}"])
+    if impl == "ours":
+        overrides = [PRESET, f"env.task={task}", f"run.seed={seed}", f"run.steps={steps}"]
+        overrides += [*EVAL, f"run.logdir={logdir}", "run.progress=false"]
+        return [sys.executable, "-m", "dreamer.train", *overrides], {}
+    source = official_source()
+    flags = {  # configs.yaml keys, from our preset
+        "task": f"dmc_{task}",
+        "seed": seed,
+        "logdir": logdir,
+        "batch_size": cfg.replay.batch,
+        "batch_length": cfg.replay.length,
+        "run.steps": cfg.run.steps,
+        "run.envs": cfg.run.envs,
+        "run.train_ratio": cfg.run.train_ratio,
+        "env.dmc.repeat": cfg.env.repeat,
+        "jax.platform": "cpu",
+        "jax.compute_dtype": "float32",
+        "logger.outputs": "jsonl",
+    }
+    command = [str(PEERS / "official" / "bin" / "python"), str(source / "dreamerv3" / "main.py")]
+    command += ["--configs", "dmc_proprio"]  # size1m, proprio, its defaults
+    for key, value in flags.items():
+        command += [f"--{key}", str(value)]
+    return command, {"PYTHONPATH": str(source), "MUJOCO_GL": "osmesa"}
+
+
+def training_returns(impl: str, logdir: Path) -> list[list[float]]:
+    """``[env_step, mean return, episodes]`` of the training episodes, in step order."""
+    rows = []
+    if impl == "ours":
+        for row in read_jsonl(logdir / "metrics.jsonl"):
+            if "episode/return" in row and "eval/return" not in row:
+                rows.append([row["env_steps"], row["episode/return"], row["episode/count"]])
+    else:  # one row per episode; the official logs agent steps x repeat (1 here)
+        for row in read_jsonl(logdir / "scores.jsonl"):
+            if "episode/score" in row:
+                rows.append([row["step"], row["episode/score"], 1])
+    return sorted(rows)
+
+
+def eval_returns(impl: str, logdir: Path) -> list[list[float]]:
+    if impl != "ours":
+        return []
+    rows = read_jsonl(logdir / "metrics.jsonl")
+    return [[row["env_steps"], row["eval/return"]] for row in rows if "eval/return" in row]
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:  # a line being written when the run stopped
+            pass
+    return rows
+
+
+def at_budget(curve: list[list[float]], steps: int) -> float | None:
+    """Mean return of the training episodes that ended in the last ``AT_BUDGET`` of the
+    budget (with 16 envs and 1000-step episodes they end together every 16k steps)."""
+    late = [(ret, n) for step, ret, n in curve if step > steps * (1 - AT_BUDGET)]
+    episodes = sum(n for _, n in late)
+    return sum(ret * n for ret, n in late) / episodes if episodes else None
+
+
+def finished(impl: str, logdir: Path, steps: int) -> bool:
+    if impl == "ours":
+        rows = [row for row in read_jsonl(logdir / "metrics.jsonl") if "eval/return" not in row]
+        return bool(rows) and rows[-1]["env_steps"] >= steps
+    return (logdir / "done").exists()
+
+
+def run(impl: str, task: str, seed: int, steps: int, runs: Path, reuse: bool) -> dict | None:
+    logdir = runs / task / f"{impl}-seed{seed}"
+    command, env = commands(impl, task, seed, steps, logdir)
+    record = {"impl": impl, "seed": seed, "steps": steps, "logdir": str(logdir)}
+    record["command"] = " ".join(f"{k}={v}" for k, v in env.items()) + " " + " ".join(command)
+    info = logdir / "peer_run.json"  # wall time and load of the run that trained it
+    if not finished(impl, logdir, steps):
+        if reuse:
+            return None
+        logdir.mkdir(parents=True, exist_ok=True)
+        print(f"{impl} seed {seed}: {record['command']}", flush=True)
+        load_before, started = os.getloadavg()[0], time.monotonic()
+        with (logdir / "peer_run.log").open("a") as log:
+            done = subprocess.run(
+                command, cwd=ROOT, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT
+            )
+        wall = time.monotonic() - started
+        if done.returncode != 0:
+            raise RuntimeError(f"{impl} seed {seed} exited with {done.returncode}: see {log.name}")
+        (logdir / "done").touch()
+        info.write_text(
+            json.dumps(
+                {
+                    "wall_s": round(wall, 1),
+                    "load_before": load_before,
+                    "load_after": os.getloadavg()[0],
+                    "date": datetime.date.today().isoformat(),
+                    "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+                }
+            )
+        )
+    record |= json.loads(info.read_text()) if info.exists() else {}
+    record["training_returns"] = training_returns(impl, logdir)
+    record["eval_returns"] = eval_returns(impl, logdir)
+    record["return_at_budget"] = at_budget(record["training_returns"], steps)
+    return record
+
+
+def summary(runs: dict, steps: int) -> dict:
+    out = {}
+    for impl in IMPLS:
+        mine = [r for r in runs.values() if r["impl"] == impl and r["steps"] == steps]
+        scores = [r["return_at_budget"] for r in mine if r["return_at_budget"] is not None]
+        walls = [r["wall_s"] for r in mine if "wall_s" in r]
+        if scores:
+            out[impl] = {
+                "seeds": sorted(r["seed"] for r in mine),
+                "mean_return_at_budget": float(np.mean(scores)),
+                "range": [float(min(scores)), float(max(scores))],
+                "mean_wall_s": float(np.mean(walls)) if walls else None,
+            }
+    if {"ours", "official"} <= set(out):
+        ours, official = out["ours"], out["official"]
+        share = ours["mean_return_at_budget"] / max(official["mean_return_at_budget"], 1e-9)
+        out["ours_vs_official"] = {
+            "return_share": share,
+            "inside_official_range": official["range"][0]
+            <= ours["mean_return_at_budget"]
+            <= official["range"][1],
+            "wall_ratio": (ours["mean_wall_s"] / official["mean_wall_s"])
+            if ours["mean_wall_s"] and official["mean_wall_s"]
+            else None,
+        }
+    return out
+
+
+def plot(task: str, runs: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    reference = SCORES["dmc_proprio"]
+    if task in reference["curves"]:
+        grid, seeds = np.array(reference["steps"]), np.array(reference["curves"][task])
+        shown = grid <= max((r["steps"] for r in runs.values()), default=grid[-1]) * 1.05
+        axis.plot(grid[shown], seeds.mean(0)[shown], "k--", lw=1.5, label="official score file")
+        axis.fill_between(
+            grid[shown], seeds.min(0)[shown], seeds.max(0)[shown], color="k", alpha=0.08
+        )
+    colors = {"ours": "tab:blue", "official": "tab:orange"}
+    for name, record in sorted(runs.items()):
+        curve = np.array(record["training_returns"] or np.zeros((0, 3)))
+        if len(curve):
+            axis.plot(curve[:, 0], curve[:, 1], "o-", ms=3, lw=1, color=colors[record["impl"]],
+                      alpha=0.8, label=name)  # fmt: skip
+        evals = np.array(record["eval_returns"] or np.zeros((0, 2)))
+        if len(evals):
+            axis.plot(evals[:, 0], evals[:, 1], "x:", color=colors[record["impl"]], alpha=0.6,
+                      label=f"{name} greedy eval")  # fmt: skip
+    axis.set_xlabel("env steps")
+    axis.set_ylabel("training-episode return")
+    axis.set_title(f"DMC {task}: {PRESET} (score file: its own protocol)")
+    axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", required=True, help="a DMC proprio task, e.g. cartpole_balance")
+    parser.add_argument("--impls", nargs="+", default=list(IMPLS))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--steps", type=int, help="env steps (default: the preset's run.steps)")
+    parser.add_argument("--parallel", type=int, default=1, help="runs at once")
+    parser.add_argument("--reuse", action="store_true", help="record finished runs, train none")
+    parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "peers", help="run dirs")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="JSON and PNG folder")
+    args = parser.parse_args(argv)
+    try:
+        known = SCORES["dmc_proprio"]["table_500k"]["scores"]
+        if args.task not in known:
+            raise ConfigError(
+                f"--task: no DMC proprio task {args.task!r}; known: {', '.join(known)}"
+            )
+        unknown = sorted(set(args.impls) - set(IMPLS))
+        if unknown:
+            raise ConfigError(f"--impls: unknown {', '.join(unknown)}; known: {', '.join(IMPLS)}")
+        if "official" in args.impls and not args.reuse:
+            official_source()
+        steps = args.steps or load([PRESET]).run.steps
+    except ConfigError as error:
+        print(f"learn.py: {error}", file=sys.stderr)
+        return 2
+    path = args.results / f"peers_learn_{args.task}.json"
+    result = json.loads(path.read_text()) if path.exists() else {"task": args.task, "runs": {}}
+    jobs = [(impl, seed) for impl in args.impls for seed in args.seeds]
+    with concurrent.futures.ThreadPoolExecutor(max(args.parallel, 1)) as pool:
+        futures = {
+            pool.submit(run, impl, args.task, seed, steps, args.runs, args.reuse): (impl, seed)
+            for impl, seed in jobs
+        }
+        for future in concurrent.futures.as_completed(futures):
+            record = future.result()
+            if record is not None:
+                result["runs"][f"{record['impl']}-seed{record['seed']}"] = record
+    result["preset"] = PRESET
+    result["parallel"] = args.parallel
+    result["summary"] = summary(result["runs"], steps)
+    args.results.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    plot(args.task, result["runs"], path.with_suffix(".png"))
+    print(json.dumps(result["summary"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
