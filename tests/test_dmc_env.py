@@ -1,18 +1,24 @@
 """env=dmc: dm_control suite tasks, checked against dm_control's own environment."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
 
 from dreamer import checkpoint
-from dreamer.config import load
+from dreamer.config import ConfigError, load
 from dreamer.envs import make_env
 from dreamer.envs.dmc import DMCEnv, choose_gl_backend
-from tests.runs import read_metrics, run_trainer
+from tests.runs import ROOT, forked_runs, read_metrics, run_trainer
 
 pytest.importorskip("dm_control")
-choose_gl_backend()
+try:
+    choose_gl_backend()  # the vision tests render in this process
+except ConfigError:  # no renderer here: collected all the same, the vision tests say why
+    choose_gl_backend(render=False)
 from dm_control import suite  # noqa: E402  (after the GL backend is chosen)
 
 
@@ -61,6 +67,48 @@ def test_gl_backend_is_auto_picked_and_mujoco_gl_overrides(monkeypatch):
     assert choose_gl_backend() == expected
     monkeypatch.setenv("MUJOCO_GL", "egl")
     assert choose_gl_backend() == "egl"
+    monkeypatch.delenv("MUJOCO_GL")
+    assert choose_gl_backend(render=False) == "disable"  # proprio: no OpenGL at all
+    with pytest.raises(ConfigError, match="needs a renderer, not MUJOCO_GL=disable"):
+        choose_gl_backend()
+
+
+HIDE_OSMESA = """
+import ctypes.util, os
+os.environ.pop("MUJOCO_GL", None)
+found = ctypes.util.find_library
+ctypes.util.find_library = lambda name: None if name == "OSMesa" else found(name)
+"""
+
+
+def test_without_libosmesa_proprio_trains_and_vision_exits_2_with_the_install_line(tmp_path):
+    """A machine without Debian's libosmesa6 (hidden from the trainer's processes): the
+    proprio run imports no OpenGL and trains; the vision run is refused in one line."""
+    probe = (
+        "import os, sys; os.environ.pop('MUJOCO_GL', None); from dreamer.envs.dmc import DMCEnv;"
+        "DMCEnv('cartpole_balance').reset();"
+        "print(os.environ['MUJOCO_GL'], 'OpenGL' in sys.modules)"
+    )
+    steps = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
+    assert steps.stdout.split() == ["disable", "False"], steps.stderr[-2000:]
+    common = [*SMOKE, "env.task=cartpole_balance", "run.progress=false"]
+    rows = [
+        ([*common, "env.obs=proprio", f"run.logdir={tmp_path / 'proprio'}"], []),
+        ([*common, "env.obs=vision", f"run.logdir={tmp_path / 'vision'}"], []),
+    ]
+    out = tmp_path / "out"
+    out.mkdir()
+    proprio, vision = forked_runs(
+        "dreamer.train:main", rows, out, prelude=HIDE_OSMESA + "import dreamer.train"
+    )
+    assert proprio.returncode == 0, proprio.stderr[-3000:]
+    assert read_metrics(tmp_path / "proprio")[-1]["env_steps"] == 128
+    assert vision.returncode == 2, vision.stderr[-3000:]
+    assert vision.stderr.strip().splitlines() == [
+        "error: env.obs: MuJoCo's CPU renderer needs Debian's libosmesa6; install it with "
+        "apt-get install libosmesa6 (or make osmesa)"
+    ]
+    assert not (tmp_path / "vision").exists(), "a refused run left a run directory"
 
 
 SMOKE = (

@@ -188,10 +188,11 @@ def check_env(env) -> None:
     if name == "dmc":
         from dreamer.envs.dmc import split_task, task_names
 
+        render = env["obs"] in ("vision", "both")
         try:
-            split_task(env["task"])
+            split_task(env["task"], render)
         except KeyError:
-            names = ", ".join(sorted(task_names()))
+            names = ", ".join(sorted(task_names(render)))
             raise ConfigError(
                 f"env.task: unknown DMC task {env['task']!r}; allowed: {names}"
             ) from None

@@ -11,36 +11,52 @@ discount ends one as terminated.
 
 from __future__ import annotations
 
+import ctypes.util
 import os
 from pathlib import Path
 
 import gymnasium
 import numpy as np
 
+from dreamer.config import ConfigError
+
 CAMERAS = {"quadruped": 2}  # the official DMC env's DEFAULT_CAMERAS; every other domain: 0
 ALIASES = {"cup": "ball_in_cup"}  # official task names use the short domain
 
 
-def choose_gl_backend() -> str:
-    """MuJoCo's headless renderer: ``MUJOCO_GL`` if set, else ``egl`` where an NVIDIA
-    GPU is present and ``osmesa`` (Debian's libosmesa6) on a CPU machine. Must run before
-    dm_control is imported; the choice is exported so env worker processes inherit it."""
+def choose_gl_backend(render: bool = True) -> str:
+    """MuJoCo's headless renderer: ``MUJOCO_GL`` if set; else, to ``render``, ``egl`` where
+    an NVIDIA GPU is present and ``osmesa`` (Debian's libosmesa6) on a CPU machine, and
+    ``disable`` when nothing renders (proprio), so dm_control imports no OpenGL at all and
+    a machine without libosmesa6 steps proprio tasks. Must run before dm_control is
+    imported (it picks the backend once per process); the choice is exported so env
+    worker processes inherit it. A renderer asked for and missing is a ``ConfigError``."""
     if "MUJOCO_GL" not in os.environ:
-        os.environ["MUJOCO_GL"] = "egl" if Path("/dev/nvidiactl").exists() else "osmesa"
-    return os.environ["MUJOCO_GL"]
+        gpu = Path("/dev/nvidiactl").exists()
+        os.environ["MUJOCO_GL"] = ("egl" if gpu else "osmesa") if render else "disable"
+    backend = os.environ["MUJOCO_GL"]
+    if render and backend in ("off", "disable", "disabled", "false", "0"):
+        raise ConfigError(f"env.obs: rendering frames needs a renderer, not MUJOCO_GL={backend}")
+    if render and backend == "osmesa" and ctypes.util.find_library("OSMesa") is None:
+        raise ConfigError(
+            "env.obs: MuJoCo's CPU renderer needs Debian's libosmesa6; install it with "
+            "apt-get install libosmesa6 (or make osmesa)"
+        )
+    return backend
 
 
-def task_names() -> dict[str, tuple[str, str]]:
-    """Every suite task as ``<domain>_<task>`` -> (domain, task)."""
-    choose_gl_backend()
+def task_names(render: bool = False) -> dict[str, tuple[str, str]]:
+    """Every suite task as ``<domain>_<task>`` -> (domain, task); ``render``: the run
+    renders frames (the first dm_control import in a process fixes its renderer)."""
+    choose_gl_backend(render)
     from dm_control import suite
 
     return {f"{domain}_{task}": (domain, task) for domain, task in suite.ALL_TASKS}
 
 
-def split_task(name: str) -> tuple[str, str]:
+def split_task(name: str, render: bool = False) -> tuple[str, str]:
     """``walker_walk`` -> (walker, walk); KeyError for an unknown task."""
-    names = task_names()
+    names = task_names(render)
     if name not in names:
         domain, _, task = name.partition("_")
         name = f"{ALIASES.get(domain, domain)}_{task}"
@@ -53,10 +69,11 @@ class DMCEnv(gymnasium.Env):
     def __init__(
         self, task: str, obs: str = "proprio", size: int = 64, repeat: int = 1, seed: int = 0
     ):
-        choose_gl_backend()
+        render = obs in ("vision", "both")
+        choose_gl_backend(render)
         from dm_control import suite
 
-        domain, name = split_task(task)
+        domain, name = split_task(task, render)
         self._env = suite.load(domain, name, task_kwargs={"random": seed})
         self._proprio = obs in ("proprio", "both")
         self._vision = obs in ("vision", "both")
