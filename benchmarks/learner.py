@@ -15,7 +15,7 @@ Modes, each on a fresh agent with the same weights and the same batch:
                            (learner.rollout=fused; compile/cudagraph/precision = auto)
   torchrl_rollout          the project's learner with learner.rollout=torchrl
   fewer_starts             CPU: fused, imagining from a quarter of the replayed states
-                           (learner.imag_starts = batch x length / 4, a DreamerV3 option)
+                           (learner.imag_last = length / 4, the last steps of each sequence)
   compiled                 fused with learner.compile=true: its two step functions
                            compiled (CPU: on request; a cold cache compiles, see
                            XDG_CACHE_HOME in the README)
@@ -109,7 +109,7 @@ TORCHRL = {  # mode -> (compiled, fast)
 }
 
 
-def modes(device: torch.device, starts: int) -> dict[str, list[str] | None]:
+def modes(device: torch.device, last: int) -> dict[str, list[str] | None]:
     """Mode name -> learner overrides (None: torchrl's own stepper)."""
     common = {"torchrl_eager": None, "torchrl_compiled": None, "fused": ["learner.rollout=fused"]}
     common["torchrl_rollout"] = ["learner.rollout=torchrl"]
@@ -124,7 +124,7 @@ def modes(device: torch.device, starts: int) -> dict[str, list[str] | None]:
         }
     return {
         **common,
-        "fewer_starts": [f"learner.imag_starts={starts}"],
+        "fewer_starts": [f"learner.imag_last={last}"],
         "compiled": ["learner.compile=true"],
     }
 
@@ -187,7 +187,7 @@ def main() -> int:
         batch = synthetic_batch(spaces, args.batch, args.length)
 
     def agent(learner_cfg=cfg.learner):
-        """Fresh weights (seed 0); ``learner_cfg`` matters: imag_starts is built in."""
+        """Fresh weights (seed 0); ``learner_cfg`` matters: its loss settings are built in."""
         torch.manual_seed(0)
         return build_agent(cfg.model, learner_cfg, spaces)
 
@@ -197,7 +197,7 @@ def main() -> int:
         return counter.total
 
     roof_before = matmul_roof(device, args.roof_size)
-    all_modes = modes(device, args.batch * args.length // 4)
+    all_modes = modes(device, max(2, args.length // 4))
     learners, setup, flops = {}, {}, {}
     counted: dict[tuple, int] = {}
     for name in chosen:

@@ -146,6 +146,20 @@ class CollectorConfig:
 
 
 @dataclass
+class LossScales:
+    """Weight of each DreamerV3 loss term in the total: the official ``agent.loss_scales``."""
+
+    rec: float = _f(1.0, ">= 0")  # observation reconstruction (the decoder), all keys together
+    rew: float = _f(1.0, ">= 0")  # reward prediction (two-hot)
+    con: float = _f(1.0, ">= 0")  # continue prediction (the episode goes on)
+    dyn: float = _f(1.0, ">= 0")  # dynamics KL: the prior learns to predict the posterior
+    rep: float = _f(0.1, ">= 0")  # representation KL: the posterior stays predictable
+    policy: float = _f(1.0, ">= 0")  # actor: REINFORCE on imagined returns, entropy bonus included
+    value: float = _f(1.0, ">= 0")  # critic on imagined returns, its slow-critic term included
+    repval: float = _f(0.3, ">= 0")  # critic on replayed states (its gradient reaches the RSSM)
+
+
+@dataclass
 class LearnerConfig:
     device: str = _f("auto", choices=("auto", "cpu", "cuda"))
     precision: str = _f("auto", choices=("auto", "bf16", "fp32"))  # auto: bf16 on CUDA
@@ -155,19 +169,23 @@ class LearnerConfig:
     compile: str = _f("auto", choices=TRISTATE)
     cudagraph: str = _f("auto", choices=TRISTATE)  # CUDA-graph forward/backward; auto: on CUDA
     # fused: world-model and imagination rollouts as tensor scans (dreamer/agent/fused.py);
-    # torchrl: torchrl's DreamerV3Loss as is. Same losses, same parameters and checkpoints.
+    # torchrl: torchrl's DreamerV3Loss rollouts. Same losses, same parameters and checkpoints.
     # auto: fused
     rollout: str = _f("auto", choices=("auto", "fused", "torchrl"))
     lr: float = _f(4e-5, "> 0")
     warmup: int = _f(1000, ">= 0")  # optimizer warm-up updates
     horizon: int = _f(15, ">= 1")  # imagination horizon
-    imag_starts: int = _f(0, ">= 0")  # 0 = every replayed state, else random starts per batch
+    # imagine from the last K replayed steps of every sequence (batch x K starts); 0 = from
+    # every step. The replay-value term learns on the same K steps (it needs their returns)
+    imag_last: int = _f(0, ">= 0")
     threads: int = _f(0, ">= 0")  # 0 = torch's default
     grad_clip: float = _f(0.3, "> 0")  # adaptive gradient clipping
     return_horizon: float = _f(333.0, "> 1")
     lmbda: float = _f(0.95, "[0, 1]")
     entropy: float = _f(3e-4, ">= 0")
-    repval: float = _f(0.3, ">= 0")
+    loss_scales: LossScales = field(default_factory=LossScales)
+    free_nats: float = _f(1.0, ">= 0")  # each step's KL is clipped below at this (no gradient)
+    slowreg: float = _f(1.0, ">= 0")  # pull of both critic terms towards the slow critic's values
     max_skips: int = _f(10, ">= 0")  # NaN/Inf updates in a row before the run stops
     slow_critic: float = _f(0.02, "(0, 1]")
     dist_timeout: float = _f(600.0, "> 0")  # s a rank waits in a collective before failing
@@ -435,6 +453,21 @@ def _check_collector(collector: DictConfig, envs: int) -> None:
         )
 
 
+def _check_learner(learner: DictConfig, length: int) -> None:
+    """Combinations that would leave a loss term without data."""
+    if learner.imag_last > length:
+        raise ConfigError(
+            f"learner.imag_last: must be <= replay.length ({length}), the steps a sequence "
+            f"has to imagine from, got {learner.imag_last}"
+        )
+    if learner.imag_last == 1 and learner.loss_scales.repval:
+        raise ConfigError(
+            "learner.imag_last: 1 leaves learner.loss_scales.repval no replayed step to learn "
+            "on (the last step has no successor); use 0 or >= 2, or set "
+            "learner.loss_scales.repval=0"
+        )
+
+
 def _check_lists(cfg: DictConfig) -> None:
     """The list-valued keys: loggers and warm-start parts."""
     for name in cfg.logger.use:
@@ -485,6 +518,7 @@ def _validate(cfg: DictConfig, ranks: int) -> None:
             f" = {r.length * cfg.run.envs}), got {r.size}"
         )
     _check_collector(cfg.collector, envs)
+    _check_learner(cfg.learner, r.length)
     _check_lists(cfg)
     if cfg.env.name in ("atari", "crafter", "cue", "dmc") and cfg.env.size < 16:
         raise ConfigError(f"env.size: must be >= 16 for env={cfg.env.name}, got {cfg.env.size}")
@@ -615,6 +649,13 @@ def _sections(cls: type, prefix: str = "") -> list[tuple[str, type]]:
     return found
 
 
+def _default(field: dataclasses.Field) -> Any:
+    """A schema field's default, made by its factory where it has one (lists, dicts)."""
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return field.default
+
+
 def usage() -> str:
     """Short help: groups with their options, then every key with its schema default."""
     lines = [USAGE, "", "groups (group=option):"]
@@ -623,7 +664,7 @@ def usage() -> str:
     for section, cls in _sections(Config):
         hints = typing.get_type_hints(cls)
         fields = [f for f in dataclasses.fields(cls) if not dataclasses.is_dataclass(hints[f.name])]
-        shown = [f.name if f.default is MISSING else f"{f.name}={f.default}" for f in fields]
+        shown = [f.name if _default(f) is MISSING else f"{f.name}={_default(f)}" for f in fields]
         lines.append(f"  {section + ':':<11} " + " ".join(shown))
     lines += ["", "--cfg job   print the resolved config as YAML and exit"]
     lines += ["-m          a sweep: key=a,b runs a job per value (hydra/launcher=slurm: on SLURM)"]

@@ -16,7 +16,7 @@ from dreamer.learner import Learner
 from tests.batches import synthetic_batch
 from tests.test_fused import MULTI_KEY
 
-BASE = ["experiment=smoke", "learner.imag_starts=0"]
+BASE = ["experiment=smoke"]
 
 
 def one_update(overrides: list[str]) -> dict:

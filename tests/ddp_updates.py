@@ -56,7 +56,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu (gloo) or cuda (NCCL, a GPU a rank)")
     args = parser.parse_args()
     world = World.from_environment()
-    cfg = load(["experiment=smoke", "env=cartpole", "learner.imag_starts=0"])
+    cfg = load(["experiment=smoke", "env=cartpole"])
     batches = []
     for update in range(args.updates):
         spaces, batch = real_batch(cfg, world.size * args.batch, cfg.replay.length, seed=update)

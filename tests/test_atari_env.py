@@ -99,7 +99,6 @@ def test_atari100k_preset_smoke_run(tmp_path):
         "replay.batch=4",
         "replay.length=16",
         "learner.warmup=0",
-        "learner.imag_starts=64",
         "collector.chunk=16",
         "eval.every=0",
     )

@@ -42,6 +42,18 @@ def test_defaults_follow_the_dreamerv3_recipe():
     assert (cfg.replay.batch, cfg.replay.length, cfg.run.train_ratio) == (16, 64, 512)
     assert cfg.learner.lr == 4e-5 and cfg.learner.horizon == 15
     assert cfg.learner.slow_critic == 0.02
+    # agent.loss_scales, dyn.rssm.free_nats, imag_loss.slowreg and imag_last
+    official = {"rec": 1, "rew": 1, "con": 1, "dyn": 1, "rep": 0.1, "policy": 1, "value": 1}
+    assert cfg.learner.loss_scales == {**official, "repval": 0.3}
+    assert (cfg.learner.free_nats, cfg.learner.slowreg, cfg.learner.imag_last) == (1, 1, 0)
+
+
+def test_imag_last_1_is_allowed_without_the_replay_value_term():
+    cfg = load(["learner.imag_last=1", "learner.loss_scales.repval=0"])
+    assert cfg.learner.imag_last == 1
+    with pytest.raises(ConfigError) as info:
+        load(["learner.imag_last=1"])
+    assert "learner.imag_last" in str(info.value)
 
 
 def test_result_is_read_only_and_struct():
@@ -182,6 +194,14 @@ BAD = [
     (["learner.compile=maybe"], "learner.compile"),
     (["learner.precision=fp8"], "learner.precision"),
     (["learner.rollout=scan"], "learner.rollout"),
+    (["learner.loss_scales.dyn=-1"], "learner.loss_scales.dyn"),
+    (["learner.loss_scales.nope=1"], "learner.loss_scales.nope"),
+    (["learner.free_nats=-0.5"], "learner.free_nats"),
+    (["learner.slowreg=-1"], "learner.slowreg"),
+    (["learner.repval=0.3"], "learner.repval"),  # now learner.loss_scales.repval
+    (["learner.imag_starts=32"], "learner.imag_starts"),  # now learner.imag_last
+    (["learner.imag_last=65"], "replay.length"),  # more steps than a sequence has
+    (["learner.imag_last=1"], "learner.loss_scales.repval"),  # no replay-value step left
     (["collector.inference.static_batch=maybe"], "collector.inference.static_batch"),
     (["collector.inference.nope=1"], "collector.inference.nope"),
     (["run.gc_freeze=sometimes"], "run.gc_freeze"),
@@ -306,6 +326,9 @@ def test_help(cli_runs):
     assert "atari | cartpole | crafter | cue | dmc | gym" in proc.stdout
     assert "size12m" in proc.stdout
     assert "smoke" in proc.stdout and "train_ratio" in proc.stdout
+    # a field made by a factory shows its value, not the dataclass sentinel
+    assert "from_checkpoint_parts=['world_model', 'actor', 'critic']" in proc.stdout
+    assert "object at 0x" not in proc.stdout
 
 
 @pytest.mark.parametrize(
@@ -324,3 +347,12 @@ def test_evaluate_rejects_bad_arguments_with_one_line(argument, message, capsys)
     assert evaluate_main([argument]) == 2
     error = capsys.readouterr().err
     assert error.startswith(f"error: {message}") and error.count("\n") == 1
+
+
+def test_the_cpu_speed_note_points_to_make_smoke_only_for_a_long_run():
+    from dreamer.timing import CpuSpeedNote
+
+    smoke, long = load(["experiment=smoke"]), load(["experiment=dmc_proprio"])
+    assert "make smoke" not in CpuSpeedNote(smoke, True).note(0.05)
+    assert "make smoke" in CpuSpeedNote(long, True).note(0.5)
+    assert "~1,100,000 updates" in CpuSpeedNote(long, True).note(0.5)  # 1.1e6 x 1024 / 1024

@@ -39,10 +39,10 @@ MASKED = EnvSpaces(
 )
 
 AGENTS = {
-    "vector_discrete": (["env=cartpole", "learner.imag_starts=0"], None),
-    "vector_continuous": (["env=gym", "env.id=Pendulum-v1", "learner.imag_starts=0"], None),
-    "pixels": (["env=crafter"], None),  # with imagination from a subset of starts
-    "multi_key": (["learner.imag_starts=0"], MULTI_KEY),
+    "vector_discrete": (["env=cartpole"], None),
+    "vector_continuous": (["env=gym", "env.id=Pendulum-v1"], None),
+    "pixels": (["env=crafter", "learner.imag_last=4"], None),  # from the last 4 steps
+    "multi_key": ([], MULTI_KEY),
     "masked_multi_head": ([], MASKED),
 }
 

@@ -52,7 +52,7 @@ def test_replay_of_acting_transitions_holds_no_latent_and_its_sample_trains(stor
 
 @pytest.mark.parametrize("fused", [False, True], ids=["torchrl", "fused"])
 def test_the_world_model_starts_from_zeros_whatever_latent_a_sample_holds(fused):
-    cfg = load(["experiment=smoke", "env=cartpole", "learner.imag_starts=0"])
+    cfg = load(["experiment=smoke", "env=cartpole"])
     spaces, batch = real_batch(cfg, cfg.replay.batch, cfg.replay.length)
     torch.manual_seed(0)
     loss = build_agent(cfg.model, cfg.learner, spaces).loss

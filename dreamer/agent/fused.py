@@ -43,6 +43,8 @@ from torchrl.objectives.dreamer_v3 import (
     symlog,
 )
 
+from dreamer.agent.build import imagined_steps
+
 
 def _rms(value: torch.Tensor, norm: _DreamerV3RMSNorm) -> torch.Tensor:
     weight = norm.weight
@@ -262,8 +264,6 @@ class FusedDreamerV3Loss(nn.Module):
         self.inner = loss
         model_loss, value_loss = loss.model_loss, loss.value_loss
         actor_loss = loss.actor_loss
-        self.starts = getattr(actor_loss, "starts", None)
-        actor_loss = getattr(actor_loss, "inner", actor_loss)
         if model_loss.kl_mode != "separate" or not actor_loss.use_reinforce:
             raise ValueError("the fused loss computes separate KL terms and REINFORCE")
         if value_loss.value_loss != "two_hot" or model_loss.reco_loss != "l2":
@@ -428,12 +428,13 @@ class FusedDreamerV3Loss(nn.Module):
         model_losses, states, beliefs, wm_features = self._world_model(sample)
         batch = sample.batch_size
 
-        start_state = states.detach().reshape(-1, states.shape[-1])
-        start_belief = beliefs.detach().reshape(-1, beliefs.shape[-1])
-        count = start_state.shape[0]
-        if self.starts is not None and self.starts < count:
-            index = torch.randperm(count, device=start_state.device)[: self.starts]
-            start_state, start_belief = start_state[index], start_belief[index]
+        # learner.imag_last: imagine from the last K steps of every sequence (None: all)
+        last = imagined_steps(loss.imag_last, batch[-1])
+        start_state, start_belief = states.detach(), beliefs.detach()
+        if last is not None:
+            start_state, start_belief = start_state[..., -last:, :], start_belief[..., -last:, :]
+        start_state = start_state.reshape(-1, states.shape[-1])
+        start_belief = start_belief.reshape(-1, beliefs.shape[-1])
         horizon = actor_loss.imagination_horizon
         features, actions = self._imagine(start_state, start_belief, horizon)
         size = start_state.shape[-1]
@@ -473,17 +474,18 @@ class FusedDreamerV3Loss(nn.Module):
             slow_loss = torch.zeros_like(critic)
 
         result = {key: value.squeeze() for key, value in model_losses.items()}
+        # the policy and value scales, which torchrl's loss applies in DreamerLoss.forward
         result.update(
-            loss_actor=actor_value,
+            loss_actor=loss.policy_scale * actor_value,
             actor_entropy=entropy.detach(),
             return_low=actor_loss.return_low.detach().clone(),
             return_high=actor_loss.return_high.detach().clone(),
             return_scale=return_scale.detach().clone(),
             continuation_mean=continuation.mean(),
-            loss_value=value_loss._reduce_loss(step_discount * critic),
+            loss_value=loss.value_scale * value_loss._reduce_loss(step_discount * critic),
             value_slow_loss=value_loss._reduce_loss(step_discount * slow_loss).detach(),
         )
-        replay_value = self._replay_value(sample, states, beliefs, wm_features, lambda_target)
+        replay_value = self._replay_value(sample, states, beliefs, wm_features, lambda_target, last)
         result["loss_replay_value"] = loss.replay_value_loss_weight * replay_value
         result["replay_value"] = replay_value.detach()
         out = TensorDict(result, [])
@@ -493,19 +495,26 @@ class FusedDreamerV3Loss(nn.Module):
         )
         return out
 
-    def _replay_value(self, sample, states, beliefs, features, lambda_target) -> torch.Tensor:
+    def _replay_value(
+        self, sample, states, beliefs, features, lambda_target, last: int | None
+    ) -> torch.Tensor:
         """torchrl's replay-value term: the critic on the posterior states (gradients
-        reach the world model), bootstrapped from each state's first imagined return."""
+        reach the world model), bootstrapped from each state's first imagined return;
+        on the ``last`` steps of every sequence that imagination started from (None: all)."""
         loss, value_loss = self.inner, self.inner.value_loss
         if not loss.replay_value_loss_weight:
             return states.new_zeros(())
         next_td = sample.get("next")
+        if last is not None:
+            next_td = next_td[..., -last:]
+            states, beliefs = states[..., -last:, :], beliefs[..., -last:, :]
+            features = features[..., -last:, :]
         done = next_td.get("done")
         target = _replay_value_target(
             next_td.get("reward"),
             done,
             next_td.get("terminated"),
-            lambda_target[..., 0, 0].reshape(sample.batch_size),
+            lambda_target[..., 0, 0].reshape(next_td.batch_size),
             loss.continuation_horizon,
             loss.lmbda,
         )
