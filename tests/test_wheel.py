@@ -46,7 +46,7 @@ def wheel(tmp_path_factory) -> Path:
     pip = [sys.executable, "-m", "pip"]
     run([*pip, "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index", "-w", "out"]
         + [str(source)], work)  # fmt: skip
-    (built,) = (work / "out").glob("dreamer-*.whl")
+    (built,) = (work / "out").glob("dreamer_torchrl-*.whl")
     return built
 
 
