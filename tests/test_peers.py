@@ -123,3 +123,18 @@ def test_an_interpreter_that_is_not_python311_is_refused(tmp_path):
         assert result.returncode == 2, result
         assert len(result.stderr.splitlines()) == 1 and what in result.stderr, result.stderr
         assert not (tmp_path / ".venv-peers").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, named",
+    [(["--obs", "pixels"], "--obs"), (["--impls", "dreamerv4"], "--impls")],
+)
+def test_the_update_benchmark_refuses_bad_input_in_one_line(argv, named):
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "peers" / "update.py"), *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and named in done.stderr, done.stderr
