@@ -105,7 +105,8 @@ def test_make_peers_fails_on_a_bad_source(tmp_path):
     existed = (ROOT / ".venv-peers").exists()
     bad = tmp_path / "nowhere"
     result = subprocess.run(
-        ["make", "--no-print-directory", "peers", f"OFFICIAL_SRC={bad}"],
+        # ARGS= : not the ARGS of a make test this suite may run under (MAKEFLAGS passes it)
+        ["make", "--no-print-directory", "peers", f"OFFICIAL_SRC={bad}", "ARGS="],
         cwd=ROOT,
         capture_output=True,
         text=True,
