@@ -208,6 +208,19 @@ def summary(runs: dict, steps: int) -> dict:
     return out
 
 
+def binned(curve: list[list[float]], width: int = 1000) -> np.ndarray:
+    """``[step, mean return]`` per ``width`` env steps (episodes of 16 envs end together:
+    one point per wave), weighted by the episodes of each row."""
+    bins: dict[int, list[float]] = {}
+    for step, ret, n in curve:
+        total = bins.setdefault(int(step) // width, [0.0, 0.0, 0.0])
+        total[0] += step * n
+        total[1] += ret * n
+        total[2] += n
+    rows = [[step / n, ret / n] for step, ret, n in (bins[key] for key in sorted(bins))]
+    return np.array(rows).reshape(-1, 2)
+
+
 def plot(task: str, runs: dict, path: Path) -> None:
     import matplotlib
 
@@ -225,7 +238,7 @@ def plot(task: str, runs: dict, path: Path) -> None:
         )
     colors = {"ours": "tab:blue", "official": "tab:orange"}
     for name, record in sorted(runs.items()):
-        curve = np.array(record["training_returns"] or np.zeros((0, 3)))
+        curve = binned(record["training_returns"])
         if len(curve):
             axis.plot(curve[:, 0], curve[:, 1], "o-", ms=3, lw=1, color=colors[record["impl"]],
                       alpha=0.8, label=name)  # fmt: skip
@@ -235,7 +248,7 @@ def plot(task: str, runs: dict, path: Path) -> None:
                       label=f"{name} greedy eval")  # fmt: skip
     axis.set_xlabel("env steps")
     axis.set_ylabel("training-episode return")
-    axis.set_title(f"DMC {task}: {PRESET} (score file: its own protocol)")
+    axis.set_title(f"DMC {task}, {PRESET}; score file: its own protocol", fontsize=10)
     axis.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
