@@ -157,10 +157,14 @@ def last_step(logdir: Path) -> int:
     return rows[-1]["env_steps"] if rows else 0
 
 
-def check_rows(rows: list[dict], steps: int, log_every: int, eval_every: int) -> tuple[int, int]:
+def check_rows(
+    rows: list[dict], steps: int, log_every: int, eval_every: int, skipped: list[int] = ()
+) -> tuple[int, int]:
     """(duplicated, missing): training rows per log interval must be exactly one, as
-    must evaluation rows per evaluation step, and the final row (at ``steps`` or the
-    loop step past it: under torchrun every rank's chunk lands at once) one."""
+    must evaluation rows per evaluation step (but for those the run skipped with a line
+    saying so, ``skipped``: the one before still ran, as after an evaluation-process
+    kill that replays it), and the final row (at ``steps`` or the loop step past it:
+    under torchrun every rank's chunk lands at once) one."""
     train = [row["env_steps"] for row in rows if "eval/return" not in row]
     evals = [row["env_steps"] for row in rows if "eval/return" in row]
     buckets = collections.Counter(step // log_every for step in train if step < steps)
@@ -171,7 +175,7 @@ def check_rows(rows: list[dict], steps: int, log_every: int, eval_every: int) ->
     missing += not final
     if eval_every:
         due = {step // eval_every for step in range(eval_every, steps + 1, eval_every)}
-        missing += len(due - {step // eval_every for step in evals})
+        missing += len(due - {step // eval_every for step in [*evals, *skipped]})
     return duplicated, missing
 
 
@@ -292,7 +296,12 @@ def chaos(args: argparse.Namespace) -> dict:
         time.sleep(0.5)
     orphans = sorted(pid for pid in seen if alive(pid))
     rows = metrics(logdir)
-    duplicated, missing = check_rows(rows, steps, log_every, eval_every)
+    skipped = [
+        int(step)
+        for attempt in attempts
+        for step in re.findall(r"eval at env step (\d+) skipped", attempt.text())
+    ]
+    duplicated, missing = check_rows(rows, steps, log_every, eval_every, skipped)
     checks: dict[str, object] = {}
     train = [row for row in rows if "eval/return" not in row]
     last = train[-1] if train else {}
@@ -329,6 +338,7 @@ def chaos(args: argparse.Namespace) -> dict:
         "duplicated_rows": duplicated,
         "missing_rows": missing,
         "orphans": len(orphans),
+        "skipped_evals": skipped,
         "wall_s": round(wall, 1),
         "reruns": len(attempts) - 1,
         "checks": checks,

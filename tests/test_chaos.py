@@ -29,3 +29,14 @@ def test_five_random_kills_lose_nothing(tmp_path):
     assert sum(1 for n in result["kills"].values() if n) >= 4, result["kills"]
     assert result["survived"] is True
     assert (result["duplicated_rows"], result["missing_rows"], result["orphans"]) == (0, 0, 0)
+
+
+def test_an_evaluation_the_run_skipped_with_a_line_is_not_missing():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from chaos import check_rows
+
+    train = [{"env_steps": step} for step in range(100, 1601, 100)]
+    evals = [{"env_steps": step, "eval/return": 1.0} for step in (512, 1504)]
+    assert check_rows(train + evals, 1600, 100, 500) == (0, 1)  # due at 1,000: no row
+    assert check_rows(train + evals, 1600, 100, 500, skipped=[1024]) == (0, 0)
+    assert check_rows(train + evals + evals[:1], 1600, 100, 500, [1024]) == (1, 0)
