@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from dreamer import checkpoint  # noqa: E402
-from tests.runs import alive, descendants  # noqa: E402
+from tests.runs import UNTIL_STOPPED, alive, descendants, jsonl_rows  # noqa: E402
 
 KINDS = ("driver", "env_worker", "inference", "eval", "render")
 # what the run logs once it recovered from a kill of each kind (driver: a rerun)
@@ -60,7 +60,6 @@ ANNOUNCED = {  # the latest line of each gives the live pids of a kind
     "render": r"render worker pids: ([\d ]+)",
 }
 STARTED = r"env worker pids"  # a run is collecting: its children can be drawn
-UNTIL_STOPPED = 10**9  # run.steps while kills are delivered: the harness ends the run
 FINISH = 500  # env steps the last rerun trains past the stopped run's checkpoint
 DEFAULTS = [
     "experiment=smoke",
@@ -140,16 +139,7 @@ def candidates(attempt: Attempt, ranks: int) -> dict[str, list[int]]:
 
 
 def metrics(logdir: Path) -> list[dict]:
-    path = logdir / "metrics.jsonl"
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except ValueError:  # a line being written
-            pass
-    return rows
+    return jsonl_rows(logdir / "metrics.jsonl")
 
 
 def last_step(logdir: Path) -> int:
@@ -210,7 +200,7 @@ def chaos(args: argparse.Namespace) -> dict:
     if args.ranks > 1:
         launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
         launcher += [f"--nproc_per_node={args.ranks}", "-m", "dreamer.train"]
-    command = [*launcher, *overrides, f"run.steps={UNTIL_STOPPED}"]
+    command = [*launcher, *overrides, UNTIL_STOPPED]  # while kills are delivered
     steps = args.steps  # the end step, fixed once the last kill's recovery is seen
     kills: collections.Counter = collections.Counter()
     eval_kills: list[int] = []  # the last logged env step at each evaluation-process kill

@@ -43,14 +43,13 @@ import time
 from pathlib import Path
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import flop_registry
 from torchrl.trainers.algorithms import DreamerV3OptimizationStepper, DreamerV3Optimizer
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from matmul_roof import roof  # noqa: E402  (this script's folder)
+from flop_count import FlopCount  # noqa: E402  (this script's folder)
+from matmul_roof import roof  # noqa: E402
 
 from dreamer.agent.build import build_agent  # noqa: E402
 from dreamer.agent.spaces import EnvSpaces, ObsKey  # noqa: E402
@@ -58,23 +57,6 @@ from dreamer.config import load  # noqa: E402
 from dreamer.dist import World  # noqa: E402
 from dreamer.learner import Learner  # noqa: E402
 from tests.batches import real_batch, synthetic_batch  # noqa: E402
-
-
-class FlopCount(TorchDispatchMode):
-    """torch's FLOP formulas (matmuls, convolutions, attention) over every op dispatched;
-    torch's own FlopCounterMode cannot track modules that take tensordicts."""
-
-    def __init__(self):
-        super().__init__()
-        self.total = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        formula = flop_registry.get(func._overloadpacket)
-        if formula is not None:
-            self.total += formula(*args, **kwargs, out_val=out)
-        return out
 
 
 class TorchrlStepper:

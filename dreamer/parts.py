@@ -61,7 +61,7 @@ def build_parts(
     env = env_config(cfg.env, logdir)
     spaces, achievements = describe_env(env, cfg.run.seed)
     torch.manual_seed(cfg.run.seed)  # a new run's weights (rank 0's reach every rank)
-    agent = build_agent(cfg.model, cfg.learner, spaces, world.size)
+    agent = build_agent(cfg.model, cfg.learner, spaces)
     learner = make_learner(agent, cfg.learner, device, world)
     obs_names = [key.name for key in spaces.obs]
     replay = SequenceReplay.from_config(cfg, obs_names, logdir, world.rank, world.size)

@@ -156,6 +156,20 @@ def read_metrics(logdir: Path, which: str = "train", live: bool = False) -> list
     return [row for row in rows if ("eval/return" in row) == (which == "eval")]
 
 
+def jsonl_rows(path: Path) -> list[dict]:
+    """The rows of a JSON-lines file a run may still be writing or was killed writing
+    (none if it is not there yet; a torn line is left out)."""
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            pass
+    return rows
+
+
 def descendants(pid: int) -> set[int]:
     """Every live process below ``pid`` (Linux /proc)."""
     found, queue = set(), [pid]

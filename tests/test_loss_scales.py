@@ -27,6 +27,18 @@ TERMS = {
 }
 
 
+def prepared(module, loss, batch):
+    """The batch as torchrl's stepper hands it to the loss."""
+    stepper = DreamerV3OptimizationStepper(
+        module,
+        torch.optim.SGD(loss.parameters(), lr=0.0),
+        None,
+        compile_train_step=False,
+        cudagraph=False,
+    )
+    return stepper._prepare_sample(batch.clone())
+
+
 @pytest.fixture(scope="module")
 def data():
     cfg = load(BASE)
@@ -47,14 +59,7 @@ def forward(data, rollout: str, *overrides: str, perturbed: bool = False):
             for parameter in loss.parameters():
                 parameter.add_(0.1 * torch.randn_like(parameter))
     module = FusedDreamerV3Loss(loss) if rollout == "fused" else loss
-    stepper = DreamerV3OptimizationStepper(
-        module,
-        torch.optim.SGD(loss.parameters(), lr=0.0),
-        None,
-        compile_train_step=False,
-        cudagraph=False,
-    )
-    sample = stepper._prepare_sample(batch.clone())
+    sample = prepared(module, loss, batch)
     torch.manual_seed(1)
     with same_draws():
         out = module(sample)
@@ -184,15 +189,8 @@ def test_imag_last_imagines_from_the_last_steps_of_every_sequence(rollout, data)
     loss = build_agent(cfg.model, cfg.learner, spaces).loss
     module = FusedDreamerV3Loss(loss) if rollout == "fused" else loss
     seen = starts_of(rollout, module, loss)
-    stepper = DreamerV3OptimizationStepper(
-        module,
-        torch.optim.SGD(loss.parameters(), lr=0.0),
-        None,
-        compile_train_step=False,
-        cudagraph=False,
-    )
     with same_draws():
-        out = module(stepper._prepare_sample(batch.clone()))
+        out = module(prepared(module, loss, batch))
     states = out["replay_context"]["state"]  # the posterior states, [batch, length, ...]
     assert states.shape[:2] == (cfg.replay.batch, cfg.replay.length)
     (starts,) = seen

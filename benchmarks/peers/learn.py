@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from dreamer.config import ConfigError, load  # noqa: E402
+from tests.runs import jsonl_rows  # noqa: E402
 
 PRESET = "experiment=dmc_proprio_cpu"
 RESULTS = ROOT / "benchmarks" / "results"
@@ -67,12 +68,12 @@ def official_source() -> Path:
 
 def commands(impl: str, task: str, seed: int, steps: int, logdir: Path) -> tuple[list, dict]:
     """The command line and extra environment of one run."""
-    cfg = load([PRESET, f"env.task={task}", f"run.seed={seed}", f"run.steps={steps}"])
+    overrides = [PRESET, f"env.task={task}", f"run.seed={seed}", f"run.steps={steps}"]
     if impl == "ours":
-        overrides = [PRESET, f"env.task={task}", f"run.seed={seed}", f"run.steps={steps}"]
         overrides += [*EVAL, f"run.logdir={logdir}", "run.progress=false"]
         return [sys.executable, "-m", "dreamer.train", *overrides], {}
     source = official_source()
+    cfg = load(overrides)
     flags = {  # configs.yaml keys, from our preset
         "task": f"dmc_{task}",
         "seed": seed,
@@ -98,11 +99,11 @@ def training_returns(impl: str, logdir: Path) -> list[list[float]]:
     """``[env_step, mean return, episodes]`` of the training episodes, in step order."""
     rows = []
     if impl == "ours":
-        for row in read_jsonl(logdir / "metrics.jsonl"):
+        for row in jsonl_rows(logdir / "metrics.jsonl"):
             if "episode/return" in row and "eval/return" not in row:
                 rows.append([row["env_steps"], row["episode/return"], row["episode/count"]])
     else:  # one row per episode; the official logs agent steps x repeat (1 here)
-        for row in read_jsonl(logdir / "scores.jsonl"):
+        for row in jsonl_rows(logdir / "scores.jsonl"):
             if "episode/score" in row:
                 rows.append([row["step"], row["episode/score"], 1])
     return sorted(rows)
@@ -111,20 +112,8 @@ def training_returns(impl: str, logdir: Path) -> list[list[float]]:
 def eval_returns(impl: str, logdir: Path) -> list[list[float]]:
     if impl != "ours":
         return []
-    rows = read_jsonl(logdir / "metrics.jsonl")
+    rows = jsonl_rows(logdir / "metrics.jsonl")
     return [[row["env_steps"], row["eval/return"]] for row in rows if "eval/return" in row]
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except ValueError:  # a line being written when the run stopped
-            pass
-    return rows
 
 
 def at_budget(curve: list[list[float]], steps: int) -> float | None:
@@ -137,7 +126,7 @@ def at_budget(curve: list[list[float]], steps: int) -> float | None:
 
 def finished(impl: str, logdir: Path, steps: int) -> bool:
     if impl == "ours":
-        rows = [row for row in read_jsonl(logdir / "metrics.jsonl") if "eval/return" not in row]
+        rows = [row for row in jsonl_rows(logdir / "metrics.jsonl") if "eval/return" not in row]
         return bool(rows) and rows[-1]["env_steps"] >= steps
     return (logdir / "done").exists()
 
@@ -146,7 +135,7 @@ def run(impl: str, task: str, seed: int, steps: int, runs: Path, reuse: bool) ->
     logdir = runs / task / f"{impl}-seed{seed}"
     command, env = commands(impl, task, seed, steps, logdir)
     record = {"impl": impl, "seed": seed, "steps": steps, "logdir": str(logdir)}
-    record["command"] = " ".join(f"{k}={v}" for k, v in env.items()) + " " + " ".join(command)
+    record["command"] = " ".join([*(f"{k}={v}" for k, v in env.items()), *command])
     info = logdir / "peer_run.json"  # wall time and load of the run that trained it
     if not finished(impl, logdir, steps):
         if reuse:

@@ -16,6 +16,7 @@ import os
 import sys
 import time
 import traceback
+from pathlib import Path
 
 
 def thread_cpu() -> dict[int, float]:
@@ -67,23 +68,9 @@ def serve(worker) -> int:
 
 
 def torch_flop_counter():
-    """A dispatch mode adding torch's FLOP formulas (matmuls, convolutions) over every op,
-    as ``benchmarks/learner.py``'s FlopCount; torch imported here, for the torch workers."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils.flop_counter import flop_registry
-
-    class FlopCount(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.total = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            out = func(*args, **kwargs)
-            formula = flop_registry.get(func._overloadpacket)
-            if formula is not None:
-                self.total += formula(*args, **kwargs, out_val=out)
-            return out
+    """``benchmarks/flop_count.py``'s FlopCount (torch alone), for the torch workers."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from flop_count import FlopCount
 
     return FlopCount()
 

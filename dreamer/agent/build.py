@@ -121,15 +121,10 @@ def latent_sizes(model) -> tuple[int, int]:
     return model.stoch * model.classes, model.deter
 
 
-def cnn_strided(model) -> bool:
-    """``model.cnn_strided``; true (torchrl's CNNs) for configs written before it."""
-    return bool(getattr(model, "cnn_strided", True))
-
-
 def build_rssm(model, spaces: EnvSpaces) -> tuple[MultiEncoder, RSSMPriorV3, RSSMPosteriorV3]:
     """The observation encoder and the RSSM cell (prior with its block GRU, posterior)."""
     encoder = MultiEncoder(
-        spaces, model.cnn_depth, model.units, model.layers, strided=cnn_strided(model)
+        spaces, model.cnn_depth, model.units, model.layers, strided=model.cnn_strided
     )
     prior = RSSMPriorV3(
         action_shape=(spaces.action_dim,),
@@ -190,11 +185,11 @@ def build_acting(model, spaces: EnvSpaces) -> TensorDictSequential:
     return acting_policy(encoder, prior, posterior, actor, [key.name for key in spaces.obs])
 
 
-def build_agent(model, learner, spaces: EnvSpaces, ranks: int = 1) -> Agent:
+def build_agent(model, learner, spaces: EnvSpaces) -> Agent:
     """Build every network and the DreamerV3 loss from the ``model`` and ``learner``
-    config nodes (attribute access: deter, hidden, stoch, classes, ...). ``ranks``:
-    data-parallel ranks sharing an update; the loss does not depend on it (each rank
-    imagines from the last ``learner.imag_last`` steps of its own sequences)."""
+    config nodes (attribute access: deter, hidden, stoch, classes, ...). Data-parallel
+    ranks build the same loss: each imagines from the last ``learner.imag_last`` steps
+    of its own sequences."""
     state_dim, _ = latent_sizes(model)
     features = state_dim + model.deter
     obs_names = [key.name for key in spaces.obs]
@@ -206,7 +201,7 @@ def build_agent(model, learner, spaces: EnvSpaces, ranks: int = 1) -> Agent:
         model.cnn_depth,
         model.units,
         model.layers,
-        strided=cnn_strided(model),
+        strided=model.cnn_strided,
         state_features=state_dim,
     )
     reward_net = _head(features, model.bins, model, outscale=0.0)
