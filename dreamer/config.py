@@ -95,7 +95,9 @@ class ModelConfig:
     # convolution FLOPs; needs an even cnn_depth and deter a multiple of 8
     cnn_strided: bool = _f(True)
     units: int = _f(check=">= 1")  # MLP width
-    layers: int = _f(2, ">= 1")  # MLP depth for heads/encoder
+    layers: int = _f(2, ">= 1")  # MLP depth of the encoder, decoder, actor and critic
+    # MLP depth of the reward and continue heads (official rewhead/conhead.layers: 1)
+    head_layers: int = _f(1, ">= 1")
     blocks: int = _f(8, ">= 1")  # block-GRU blocks; must divide deter and hidden
     unimix: float = _f(0.01, "[0, 1)")
     bins: int = _f(255, ">= 3")

@@ -226,3 +226,20 @@ def test_the_replay_value_learns_on_the_last_steps_only(rollout, data):
         assert not torch.equal(before["loss_model_reward"], after["loss_model_reward"])
         same = torch.equal(before["loss_replay_value"], after["loss_replay_value"])
         assert same != moves, imag_last
+
+
+@pytest.mark.parametrize("head_layers", [1, 2])
+def test_head_layers_sets_the_reward_and_continue_depth_alone(data, head_layers):
+    """``model.head_layers`` is the depth of the reward and continue heads (the official
+    rewhead/conhead.layers); ``model.layers`` keeps the actor's and critic's."""
+    spaces, _ = data
+    cfg = load([*BASE, "model.layers=3", f"model.head_layers={head_layers}"])
+    agent = build_agent(cfg.model, cfg.learner, spaces)
+
+    def linears(module):
+        return sum(isinstance(m, torch.nn.Linear) for m in module.modules())
+
+    reward = agent.world_model[-2][0].module
+    continue_ = agent.world_model[-1].module
+    assert linears(reward) == linears(continue_) == head_layers + 1
+    assert linears(agent.value) == cfg.model.layers + 1

@@ -320,10 +320,6 @@ def differences(passes: list[dict], notes: list[str]) -> list[str]:
             if r.get("optimizer"):
                 out.append(f"{obs}: {name} optimizer: {r['optimizer']}")
     out += [
-        "ours: the reward and continue heads have model.layers=3 hidden layers where the "
-        "official rewhead/conhead (and sheeprl's) have 1: two extra 64-unit layers each, "
-        "8,448 parameters per head, 16,896 in all, the whole gap in world-model size; "
-        "encoder, RSSM, decoder, actor and critic have the official sizes",
         "image CNNs: the official (enc/dec.simple strided: False) and sheeprl: per stage a "
         "kernel-5 stride-1 convolution and a 2x2 max-pool (encoder), a 2x nearest "
         "upsample and a kernel-5 stride-1 convolution (decoder); ours the same with "

@@ -57,10 +57,8 @@ class Agent:
     target_updater: SoftUpdate
 
 
-def _head(in_features: int, out: int, model, outscale: float = 1.0) -> DreamerV3MLP:
-    return DreamerV3MLP(
-        in_features, out, depth=model.layers, num_cells=model.units, outscale=outscale
-    )
+def _head(in_features: int, out: int, model, depth: int, outscale: float = 1.0) -> DreamerV3MLP:
+    return DreamerV3MLP(in_features, out, depth=depth, num_cells=model.units, outscale=outscale)
 
 
 def _two_hot_head(net: nn.Module, prefix, name: str, in_keys, bins: int) -> TensorDictSequential:
@@ -204,8 +202,8 @@ def build_agent(model, learner, spaces: EnvSpaces) -> Agent:
         strided=model.cnn_strided,
         state_features=state_dim,
     )
-    reward_net = _head(features, model.bins, model, outscale=0.0)
-    continue_net = _head(features, 1, model)
+    reward_net = _head(features, model.bins, model, model.head_layers, outscale=0.0)
+    continue_net = _head(features, 1, model, model.head_layers)
     next_latent = [("next", "state"), ("next", "belief")]
 
     world_model = TensorDictSequential(
@@ -258,7 +256,7 @@ def build_agent(model, learner, spaces: EnvSpaces) -> Agent:
 
     actor = make_actor(spaces, features, model)
     value = _two_hot_head(
-        _head(features, model.bins, model, outscale=0.0),
+        _head(features, model.bins, model, model.layers, outscale=0.0),
         (),
         "state_value",
         ["state", "belief"],
