@@ -2,6 +2,9 @@
 
 - ``save``/``latest``/``load``: atomic checkpoints (temporary file, fsync, rename), so
   a crash mid-write leaves the previous checkpoint intact; the last ``keep`` are kept.
+  Each holds its format number and a SHA-256 of its content; loading unpickles tensors
+  and plain containers only (``weights_only``), so a shared file runs no code, and a
+  damaged one is refused (``newest_good`` resumes from the newest whole one instead).
 - ``Registry``: each stateful part registers by name; one call saves or restores all.
 - ``RunLock``: one process per run directory (an OS file lock: a killed holder frees it).
 - ``StopSignals``: SIGTERM/SIGUSR1 (SLURM's preemption and time-limit warnings) ask the
@@ -12,8 +15,11 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
+import pickle
+import re
 import signal
 import socket
 from pathlib import Path
@@ -30,6 +36,8 @@ INTERRUPT_EXIT = 130  # checkpointed after Ctrl-C
 # Left in the run directory by rank 0 with REQUEUE_EXIT: torchrun reports any worker's
 # non-zero code as 1, so a batch script learns of a checkpointed stop from this file.
 STOPPED_FILE = "stopped"
+FORMAT = 1  # of the saved dict; any other is refused
+DAMAGED_SUFFIX = ".damaged"  # a checkpoint a resume found damaged, kept for inspection
 
 
 def checkpoint_dir(logdir: Path) -> Path:
@@ -38,6 +46,10 @@ def checkpoint_dir(logdir: Path) -> Path:
 
 class CheckpointError(OSError):
     pass
+
+
+class UnsafeCheckpointError(CheckpointError):
+    """Loading the file would build objects other than tensors and plain containers."""
 
 
 def save(logdir: Path, step: int, state: dict, keep: int = 3) -> Path:
@@ -50,9 +62,11 @@ def save(logdir: Path, step: int, state: dict, keep: int = 3) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / f"{PREFIX}{step:012d}.pt"
     temporary = folder / f".{final.name}.tmp"
+    content = {"format": FORMAT, **state}
+    content["checksum"] = checksum(content)
     try:
         with temporary.open("wb") as handle:
-            torch.save(state, handle)
+            torch.save(content, handle)
             handle.flush()
             os.fsync(handle.fileno())
     except (OSError, RuntimeError) as error:  # torch.save wraps write errors in RuntimeError
@@ -82,12 +96,91 @@ def latest(logdir: Path) -> Path | None:
     return found[-1] if found else None
 
 
+def checksum(state: dict) -> str:
+    """SHA-256 of a checkpoint's content: every key, plain value and tensor (dtype,
+    shape and bytes), in order, its own ``checksum`` entry left out."""
+    digest = hashlib.sha256()
+
+    def feed(value) -> None:
+        if isinstance(value, torch.Tensor):
+            flat = value.detach().cpu().contiguous().reshape(-1)
+            digest.update(f"tensor {flat.dtype} {tuple(value.shape)};".encode())
+            digest.update(flat.view(torch.uint8).numpy().data if flat.numel() else b"")
+        elif isinstance(value, dict):
+            items = [(k, v) for k, v in value.items() if value is not state or k != "checksum"]
+            digest.update(f"dict {len(items)};".encode())
+            for key, item in items:
+                feed(key)
+                feed(item)
+        elif isinstance(value, (list, tuple)):
+            digest.update(f"{type(value).__name__} {len(value)};".encode())
+            for item in value:
+                feed(item)
+        else:
+            digest.update(f"{type(value).__name__} {value!r};".encode())
+
+    feed(state)
+    return digest.hexdigest()
+
+
 def load(path: Path) -> dict:
-    state = torch.load(path, map_location="cpu", weights_only=False)
-    if "steps" not in state and "episodes" in state:
-        # written before data-parallel runs, when the one rank's workers were the run's
-        state["steps"] = {"env_steps": state["episodes"]["env_steps"]}
+    """The checkpoint's content; ``CheckpointError`` (one line naming the file) for a
+    file that is not whole, not a checkpoint of this format, or whose unpickling would
+    build anything but tensors and plain containers (nothing of it runs)."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        # torch's weights-only unpickler names what it would have imported and called
+        if found := re.search(r"GLOBAL ([\w.]+)", str(error)):
+            raise UnsafeCheckpointError(
+                f"{path}: refused: loading it would run code (it calls {found[1]})"
+            ) from None
+        raise CheckpointError(f"{path}: not a readable checkpoint ({_detail(error)})") from None
+    except Exception as error:  # torch.load raises many kinds on a foreign or cut file
+        raise CheckpointError(f"{path}: not a readable checkpoint ({_detail(error)})") from None
+    if not isinstance(state, dict) or not {"learner", "config", "steps"} <= set(state):
+        raise CheckpointError(f"{path}: not a dreamer checkpoint (no learner, config and steps)")
+    if state.get("format") != FORMAT:
+        raise CheckpointError(
+            f"{path}: checkpoint format {state.get('format')}; this dreamer reads format {FORMAT}"
+        )
+    if state.get("checksum") != checksum(state):
+        raise CheckpointError(f"{path}: damaged: its content does not match its checksum")
     return state
+
+
+def _detail(error: Exception) -> str:
+    """The line of a load error that says what is wrong (not torch's advice around it)."""
+    advice = ("Weights only", "(1)", "(2)", "Check the doc", "Please file", "WeightsUnp")
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith(advice)] or [type(error).__name__]
+    return lines[0][:120]
+
+
+def newest_good(logdir: Path) -> tuple[Path, dict] | tuple[None, None]:
+    """The newest checkpoint that loads whole, and its state. A damaged newer one is
+    renamed ``*.damaged`` (out of the rotation, kept for inspection) with a warning; one
+    that would run code is refused (``UnsafeCheckpointError``): nobody's own run wrote it."""
+    skipped: list[tuple[Path, CheckpointError]] = []
+    for path in sorted(checkpoint_dir(logdir).glob(f"{PREFIX}*.pt"), reverse=True):
+        try:
+            state = load(path)
+        except UnsafeCheckpointError:
+            raise
+        except CheckpointError as error:
+            skipped.append((path, error))
+            continue
+        for bad, error in skipped:
+            bad.rename(bad.with_name(bad.name + DAMAGED_SUFFIX))
+            log.warning("skipped %s (%s): resuming from %s", bad.name, _reason(error), path.name)
+        return path, state
+    if skipped:
+        raise CheckpointError(f"no checkpoint of {logdir} loads: {skipped[0][1]}")
+    return None, None
+
+
+def _reason(error: CheckpointError) -> str:
+    return str(error).split(": ", 1)[-1]
 
 
 def find(path: str | Path) -> Path:
@@ -104,21 +197,8 @@ def find(path: str | Path) -> Path:
     return path
 
 
-def load_checked(path: Path) -> dict:
-    """``load``, with a file that is not a dreamer checkpoint refused in one line."""
-    try:
-        state = load(path)
-    except Exception as error:  # torch.load raises many kinds on a foreign file
-        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise CheckpointError(f"{path}: not a checkpoint ({detail[:120]})") from None
-    if not isinstance(state, dict) or not {"learner", "config", "steps"} <= set(state):
-        raise CheckpointError(f"{path}: not a dreamer checkpoint (no learner, config and steps)")
-    return state
-
-
 def latest_state(logdir: Path) -> dict | None:
-    found = latest(logdir)
-    return load(found) if found else None
+    return newest_good(logdir)[1]
 
 
 class Stateful(Protocol):
@@ -140,11 +220,8 @@ class Registry:
         return {name: part.state_dict() for name, part in self.parts.items()}
 
     def load_state_dict(self, state: dict, names: tuple[str, ...] | None = None) -> None:
-        """Restore every part, or only those in ``names``. A part newer than the
-        checkpoint (``optional = True`` on it) keeps its initial state."""
+        """Restore every part, or only those in ``names``."""
         for name, part in self.parts.items():
-            if name not in state and getattr(part, "optional", False):
-                continue
             if names is None or name in names:
                 part.load_state_dict(state[name])
 
@@ -169,13 +246,10 @@ class Saver:
 
 class RngState(GlobalRNGState):
     """torchrl's process-wide RNG state (Python, NumPy, torch CPU and initialised
-    accelerators); checkpoints written before it hold torch's CPU state alone."""
+    accelerators); a GPU run's checkpoint resumes on a CPU without its CUDA state."""
 
     def load_state_dict(self, state: dict) -> None:
-        if "cpu" in state:
-            torch.set_rng_state(state["cpu"])
-            return
-        if not torch.cuda.is_available():  # a GPU run resumed on a CPU
+        if not torch.cuda.is_available():
             state = {key: value for key, value in state.items() if key != "torch_cuda"}
         super().load_state_dict(state)
 

@@ -256,11 +256,12 @@ class SelfHealingCollector:
                 return
             except RuntimeError as error:
                 failures += 1
-                if failures > self.max_failures:
-                    raise CollectorError(
-                        f"collection failed {failures} times in a row; last: {error}"
-                    ) from error
                 cause = error.__cause__ or error
+                if failures > self.max_failures:
+                    last = f"{error}: {cause}" if cause is not error else str(error)
+                    raise CollectorError(
+                        f"collection failed {failures} times in a row; last: {last}"
+                    ) from error
                 # torchrl has shut the collector down by now (the server too, whatever
                 # died); its errors name the server when that was the cause
                 server_died = "inference server" in f"{error} {cause}".lower()

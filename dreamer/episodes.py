@@ -59,4 +59,4 @@ class EpisodeStats:
 
     def load_state_dict(self, state: dict) -> None:
         self.episodes = state["episodes"]
-        self.restarts = state.get("restarts", 0)
+        self.restarts = state["restarts"]

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from torchrl.collectors import Evaluator
 from torchrl.envs import EnvBase, SerialEnv
 
@@ -278,14 +278,16 @@ class EvalRunner:
 
     def state_dict(self) -> dict:
         """The evaluation in flight (its step and weights), for a resumed run to play."""
-        return {"step": self.pending_step, "weights": self._pending_weights}
+        weights = self._pending_weights  # a TensorDict, saved as plain dicts (weights_only)
+        plain = None if weights is None else weights.to_dict()
+        return {"step": self.pending_step, "weights": plain}
 
     def load_state_dict(self, state: dict) -> None:
         """Play the evaluation that was in flight when the checkpoint was written."""
         if state["step"] is None or state["weights"] is None:
             return
         log.info("the evaluation at env step %d was in flight: playing it again", state["step"])
-        self._pending_weights, self._attempt = state["weights"], 1
+        self._pending_weights, self._attempt = TensorDict(state["weights"]), 1
         self._submit(state["step"])
 
     def shutdown(self) -> None:

@@ -55,12 +55,12 @@ def evaluate(logdir: Path, reports: bool = False, **eval_overrides) -> EvalResul
     """Greedy episodes of the run's checkpoint (``eval.*`` overrides as keywords, e.g.
     ``episodes=2``); with ``reports``, also writes ``<logdir>/eval/<step>/``."""
     found = _checkpoint(logdir, eval_overrides.get("checkpoint"))
+    state = checkpoint.load(found)
     cfg = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(logdir / "config.yaml"))
     cfg.eval = OmegaConf.merge(cfg.eval, eval_overrides)
     env = env_config(cfg.env, logdir)
     spaces, achievements = describe_env(env, cfg.run.seed)
     agent = build_agent(cfg.model, cfg.learner, spaces)
-    state = checkpoint.load(found)
     agent.loss.load_state_dict(state["learner"]["loss"])
     step = state["steps"]["env_steps"]
     runner = EvalRunner.from_config(cfg, env, spaces, achievements)
@@ -98,7 +98,7 @@ def main(argv: list[str]) -> int:
         logdir = Path(values.pop("run.logdir"))
         overrides = {key.split(".", 1)[1]: value for key, value in values.items()}
         result = evaluate(logdir, reports=True, **overrides)
-    except ConfigError as error:
+    except (ConfigError, checkpoint.CheckpointError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     metrics = result.metrics()

@@ -48,16 +48,6 @@ def acting_weights(loss_state: dict, model, learner, spaces: EnvSpaces) -> dict:
     return {name: loss_state[source] for name, source in names.items()}
 
 
-def describe(state: dict, found: Path) -> EnvSpaces:
-    """The checkpoint's env layout; older checkpoints lack it, so the env is probed."""
-    if "spaces" in state:
-        return spaces_from_dict(state["spaces"])
-    from dreamer.envs import describe_env, env_config
-
-    cfg = state["config"]
-    return describe_env(env_config(cfg["env"], found.parent.parent), cfg["run"]["seed"])[0]
-
-
 class Policy:
     """``act`` maps observations (one env's or a batch's, numpy or torch, a gymnasium
     dict or array) and the recurrent state to the env's actions and the next state.
@@ -77,10 +67,10 @@ class Policy:
         """From a run directory (its latest checkpoint), its ``checkpoints`` folder, or a
         checkpoint file. ``checkpoint.CheckpointError`` if there is none."""
         found = checkpoint.find(path)
-        state = checkpoint.load_checked(found)
+        state = checkpoint.load(found)
         cfg = state["config"]
         model, learner = OmegaConf.create(cfg["model"]), OmegaConf.create(cfg["learner"])
-        spaces = describe(state, found)
+        spaces = spaces_from_dict(state["spaces"])
         module = build_acting(model, spaces)
         module.load_state_dict(acting_weights(state["learner"]["loss"], model, learner, spaces))
         return cls(module, spaces, model, device, state["steps"]["env_steps"])

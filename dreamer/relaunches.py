@@ -10,8 +10,6 @@ KINDS = ("inference", "eval", "render")
 
 
 class Relaunches:
-    optional = True  # checkpoints written before it lack it
-
     def __init__(self):
         self.counts = dict.fromkeys(KINDS, 0)
 

@@ -170,13 +170,12 @@ class SequenceReplay:
 
     def load_state_dict(self, state: dict) -> None:
         self.written = state["written"].clone()
-        self.floor = state.get("floor", torch.zeros_like(self.written)).clone()
+        self.floor = state["floor"].clone()
         self.generator.set_state(state["generator"])
         if not self.disk:
             for storage, saved in zip(self.storages, state["streams"], strict=True):
                 if saved is not None:
                     storage.load_state_dict(saved)
-                    self._drop_unread(storage)
             return
         on_disk = torch.from_numpy(np.array(self._on_disk))
         # steps written after the checkpoint overwrote the oldest ones of full streams
@@ -188,12 +187,6 @@ class SequenceReplay:
             storage._storage = TensorDict.load_memmap(self._stream_dir(stream))
             storage.initialized = True
             storage._len = int(min(on_disk[stream], self.per_stream))
-            self._drop_unread(storage)
-
-    def _drop_unread(self, storage) -> None:
-        """Entries a replay of an older layout holds and no update reads (the acting
-        latents) are left out, so the new steps written next lack nothing."""
-        storage._storage = storage._storage.select(*self.keys)
 
     def digest(self) -> str:
         """A checksum of the steps a sample can read, stream by stream, oldest first."""

@@ -27,8 +27,7 @@ def prepare_run_dir(cfg, logdir: Path) -> dict | None:
     (logdir / checkpoint.STOPPED_FILE).unlink(missing_ok=True)  # a stop of an earlier run
     for partial in checkpoint.remove_partial(logdir):
         log.warning("removed %s, a checkpoint write a crash interrupted", partial.name)
-    found = checkpoint.latest(logdir)
-    state = checkpoint.load(found) if found else None
+    found, state = checkpoint.newest_good(logdir)
     MetricsWriter.truncate(logdir, state["steps"]["env_steps"] if state else 0)
     OmegaConf.save(cfg, saved_config, resolve=True)
     if state:

@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None, build=build_parts) -> int:
                 if not world.main:
                     state = checkpoint.latest_state(logdir)
                 return train(cfg, logdir, state, world, device, build)
-    except (ConfigError, RunLockedError) as error:
+    except (ConfigError, RunLockedError, checkpoint.CheckpointError) as error:
         if created:  # refused before any training: leave no half-created run directory
             shutil.rmtree(created[0], ignore_errors=True)
             for parent in created[1:]:

@@ -52,12 +52,11 @@ def _check_source(state: dict, model, spaces: EnvSpaces, path) -> None:
                 f"run.from_checkpoint: {path} has another model: model.{key} "
                 f"{value} there, {model.get(key)} here"
             )
-    if "spaces" in state:
-        difference = layout_difference(spaces_from_dict(state["spaces"]), spaces)
-        if difference:
-            raise ConfigError(
-                f"run.from_checkpoint: {path} was trained on another env layout: {difference}"
-            )
+    difference = layout_difference(spaces_from_dict(state["spaces"]), spaces)
+    if difference:
+        raise ConfigError(
+            f"run.from_checkpoint: {path} was trained on another env layout: {difference}"
+        )
 
 
 def warm_start(learner, agent: Agent, spaces: EnvSpaces, model: dict, path, parts) -> None:
@@ -65,7 +64,7 @@ def warm_start(learner, agent: Agent, spaces: EnvSpaces, model: dict, path, part
     ``learner``'s agent; ``model``: this run's model config node as a dict."""
     try:
         found = checkpoint.find(path)
-        state = checkpoint.load_checked(found)
+        state = checkpoint.load(found)
     except checkpoint.CheckpointError as error:
         raise ConfigError(f"run.from_checkpoint: {error}") from None
     _check_source(state, model, spaces, found)

@@ -60,3 +60,38 @@ class RankFaultEnv(FaultyEnv):
 
 
 gymnasium.register("RankFault-v0", entry_point=RankFaultEnv)
+
+
+class BadDataEnv(FaultyEnv):
+    """Returns what its spaces do not allow (``bad``: shape, dtype, nan_obs, inf_reward,
+    missing) on step ``at`` of each instance and, with ``forever``, on every step after."""
+
+    def __init__(self, bad: str = "nan_obs", at: int = 20, forever: bool = False):
+        super().__init__(fail_every=10**9)
+        self.observation_space = gymnasium.spaces.Dict(
+            {"position": gymnasium.spaces.Box(-1.0, 1.0, (3,), np.float32)}
+        )
+        self.bad, self.at, self.forever = bad, at, forever
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed, options=options)
+        return {"position": obs}, info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        obs = {"position": obs}
+        if self.steps == self.at or (self.forever and self.steps > self.at):
+            if self.bad == "shape":
+                obs["position"] = np.zeros(4, np.float32)
+            elif self.bad == "dtype":
+                obs["position"] = np.zeros(3, np.complex64)
+            elif self.bad == "nan_obs":
+                obs["position"][1] = np.nan
+            elif self.bad == "inf_reward":
+                reward = float("inf")
+            elif self.bad == "missing":
+                obs = {}
+        return obs, reward, terminated, truncated, info
+
+
+gymnasium.register("BadData-v0", entry_point=BadDataEnv)

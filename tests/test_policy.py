@@ -271,14 +271,14 @@ def test_bad_checkpoint_paths_are_one_line_errors(tmp_path):
         Policy.load(tmp_path)
     junk = tmp_path / "junk.pt"
     junk.write_text("not a checkpoint")
-    with pytest.raises(checkpoint.CheckpointError, match="not a checkpoint"):
+    with pytest.raises(checkpoint.CheckpointError, match="not a readable checkpoint"):
         Policy.load(junk)
     torch.save({"weights": torch.zeros(2)}, tmp_path / "other.pt")
     with pytest.raises(checkpoint.CheckpointError, match="not a dreamer checkpoint"):
         Policy.load(tmp_path / "other.pt")
     for args, named in (
         ([f"run.logdir={tmp_path / 'missing'}"], "no such checkpoint"),
-        ([f"run.logdir={tmp_path}", f"export.checkpoint={junk}"], "not a checkpoint"),
+        ([f"run.logdir={tmp_path}", f"export.checkpoint={junk}"], "not a readable checkpoint"),
         ([f"run.logdir={tmp_path}", "export.format=onnx"], "export.format: not an export key"),
     ):
         result = subprocess.run(
@@ -336,7 +336,7 @@ def test_warm_start_refuses_another_layout_or_a_non_checkpoint(cartpole_run, tmp
             "observation 'observation': vector (4,) vs vector (3,)",
         ),
         (["env=cartpole", "model.deter=128"], "model.deter 64 there, 128 here"),
-        (["env=cartpole", f"run.from_checkpoint={junk}"], "not a checkpoint"),
+        (["env=cartpole", f"run.from_checkpoint={junk}"], "not a readable checkpoint"),
     ]
     started = []
     for index, (overrides, _) in enumerate(refusals):

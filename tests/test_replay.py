@@ -124,27 +124,3 @@ def test_disk_steps_written_after_the_checkpoint_are_never_mixed_in(tmp_path):
     restored.extend(chunk(0, 48, 30))  # the resumed run writes its own steps 48..77
     time = restored.sample()["step"] // 10
     assert (time.diff(dim=1) == 1).all() and len(restored) == 80
-
-
-@pytest.mark.parametrize("storage", ["memory", "disk"])
-def test_a_replay_written_with_an_entry_no_longer_stored_resumes_without_it(storage, tmp_path):
-    """Replays written before the acting latents were dropped hold one more entry."""
-
-    def make(keys, seed):
-        return SequenceReplay(
-            80, 2, 16, 5, keys, seed=seed, storage=storage, directory=tmp_path / "replay"
-        )
-
-    old = make([*KEYS, "extra"], seed=1)
-    for data in interleaved(streams=2, chunks=3, size=8):
-        old.extend(data)
-    restored = make(KEYS, seed=1)
-    restored.load_state_dict(old.state_dict())
-    sample = restored.sample()
-    assert "extra" not in sample.keys()
-    assert torch.equal(sample["step"], old.sample()["step"])
-    restored.extend(chunk(0, 24, 16))  # new steps, without the dropped entry
-    assert len(restored) == 40 + 24
-    for _ in range(10):
-        time = restored.sample()["step"] // 10
-        assert (time.diff(dim=1) == 1).all()

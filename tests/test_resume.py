@@ -5,15 +5,19 @@ import os
 import resource
 import shutil
 import signal
+import struct
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
+import torch
 
 from dreamer import checkpoint
 from dreamer.checkpoint import RunLock, RunLockedError
 from dreamer.logs import MetricsWriter
+from dreamer.policy import Policy
 from tests.runs import Trainer, all_gone, descendants, forked_runs, read_metrics, run_trainer
 
 FAST = ["experiment=smoke", "env=cue", "run.train_starts=200", "run.log_every=100"]
@@ -188,3 +192,104 @@ def test_bad_resumes_and_starts_exit_2_and_change_nothing(finished_run, tmp_path
         else:
             assert "cannot change on resume" in errors[0], errors[0]
             assert snapshot(logdir) == before, f"{logdir.name}: run directory changed"
+
+
+class RunsCode:
+    """Unpickling this touches ``marker``: what a shared checkpoint could do if loaded
+    with ``weights_only=False``."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def flip_a_tensor_byte(path: Path) -> None:
+    """One bit flipped in the middle of the largest tensor record of a checkpoint's zip
+    (stored, not compressed): the file still unpickles."""
+    with zipfile.ZipFile(path) as archive:
+        record = max(archive.infolist(), key=lambda info: info.file_size)
+    with path.open("r+b") as handle:
+        handle.seek(record.header_offset + 26)  # the local header's name and extra lengths
+        name_length, extra_length = struct.unpack("<HH", handle.read(4))
+        middle = record.header_offset + 30 + name_length + extra_length + record.file_size // 2
+        handle.seek(middle)
+        byte = handle.read(1)[0]
+        handle.seek(middle)
+        handle.write(bytes([byte ^ 0x10]))
+
+
+def test_damaged_checkpoint_files_are_refused_in_one_line(finished_run, tmp_path):
+    good = checkpoint.latest(finished_run)
+    assert checkpoint.load(good)["format"] == checkpoint.FORMAT
+    flipped, cut = tmp_path / "flipped.pt", tmp_path / "cut.pt"
+    shutil.copy(good, flipped)
+    flip_a_tensor_byte(flipped)
+    cut.write_bytes(good.read_bytes()[: good.stat().st_size * 2 // 3])
+    for path, reason in ((flipped, "does not match its checksum"), (cut, "not a readable")):
+        with pytest.raises(checkpoint.CheckpointError, match=reason) as error:
+            Policy.load(path)
+        assert str(path) in str(error.value) and "\n" not in str(error.value)
+    result = subprocess.run(
+        [sys.executable, "-m", "dreamer.evaluate", str(finished_run), f"eval.checkpoint={flipped}"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: {flipped}: damaged: its content does not match its checksum"
+    ]
+
+
+@pytest.mark.slow
+def test_a_damaged_latest_checkpoint_falls_back_to_the_newest_whole_one(finished_run, tmp_path):
+    logdir = tmp_path / "run"
+    shutil.copytree(finished_run, logdir)  # 300 steps done
+    assert train(logdir, "run.steps=600").returncode == 0
+    older, newest = sorted((logdir / "checkpoints").glob("checkpoint-*.pt"))
+    flip_a_tensor_byte(newest)
+    resumed = train(logdir, "run.steps=700")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    warnings = [line for line in resumed.stderr.splitlines() if f"skipped {newest.name}" in line]
+    assert len(warnings) == 1 and f"resuming from {older.name}" in warnings[0], warnings
+    assert "at env step 300" in resumed.stderr
+    assert newest.with_name(newest.name + checkpoint.DAMAGED_SUFFIX).exists()
+    steps = [row["env_steps"] for row in read_metrics(logdir)]
+    assert steps == sorted(set(steps)) and steps[-1] == 700, steps  # none duplicated
+    assert max(b - a for a, b in zip([0, *steps], steps)) < 200, steps  # none missing
+    assert checkpoint.load(checkpoint.latest(logdir))["steps"]["env_steps"] == 700
+
+
+def test_a_checkpoint_that_would_run_code_is_refused_and_runs_nothing(finished_run, tmp_path):
+    marker = tmp_path / "ran"
+    evil = tmp_path / "shared.pt"
+    state = checkpoint.load(checkpoint.latest(finished_run)) | {"extra": RunsCode(marker)}
+    torch.save(state, evil)
+    with pytest.raises(checkpoint.UnsafeCheckpointError, match="would run code"):
+        Policy.load(evil)
+    resumed = tmp_path / "resumed"
+    shutil.copytree(finished_run, resumed)
+    shutil.copy(evil, resumed / "checkpoints" / "checkpoint-000000000400.pt")
+    before = snapshot(resumed)
+    started = tmp_path / "started"
+    runs = forked_runs(
+        "dreamer.train:main",
+        [
+            ([*FAST, "run.steps=600", f"run.logdir={resumed}", "run.progress=false"], []),
+            ([*FAST, "run.steps=600", f"run.logdir={started}", f"run.from_checkpoint={evil}"], []),
+        ],
+        tmp_path,
+    )
+    commands = [
+        [sys.executable, "-m", "dreamer.evaluate", str(finished_run), f"eval.checkpoint={evil}"],
+        [sys.executable, "-m", "dreamer.export", str(finished_run), f"export.checkpoint={evil}"],
+    ]
+    runs += [subprocess.run(command, capture_output=True, text=True) for command in commands]
+    for done in runs:
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+        assert done.returncode == 2, done.stderr[-2000:]
+        assert len(errors) == 1 and "would run code" in errors[0], done.stderr[-2000:]
+        assert "Traceback" not in done.stderr
+    assert not marker.exists(), "loading ran the file's code"
+    assert snapshot(resumed) == before and not started.exists()

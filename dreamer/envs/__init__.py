@@ -39,7 +39,7 @@ from torchrl.envs import (
 from torchrl.envs.gym_like import default_info_dict_reader
 
 from dreamer.config import ConfigError, installed
-from dreamer.envs.restarts import Restarting
+from dreamer.envs.restarts import Checked, Restarting
 
 log = logging.getLogger("dreamer")
 ACHIEVEMENTS_KEY = "info_achievements"
@@ -130,7 +130,8 @@ def _make_gym(env: Mapping) -> gymnasium.Env:
 
 def _base_env(env: Mapping, seed: int) -> tuple[EnvBase, int]:
     """The raw env and the step cap still to enforce (0: the env enforces its own)."""
-    base = GymWrapper(Restarting(_adapter(env, seed)))
+    factory, what = _adapter(env, seed), env["id"] if env["name"] == "gym" else env["name"]
+    base = GymWrapper(Restarting(lambda: Checked(factory(), what)))
     base.set_info_dict_reader(_Restarts())
     if env["name"] == "crafter":
         from dreamer.envs.crafter import ACHIEVEMENTS

@@ -1,4 +1,5 @@
-"""Recreating an environment that raises, so one broken env does not end a run."""
+"""Recreating an environment that raises or returns what its spaces do not allow, so
+one broken env does not end a run, and an env broken for good ends it with one line."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import logging
 from collections.abc import Callable
 
 import gymnasium
+import numpy as np
 
 log = logging.getLogger(__name__)
 
@@ -15,25 +17,87 @@ class EnvFatalError(RuntimeError):
     """A failure that recreating the env cannot fix (e.g. a launch-lock timeout)."""
 
 
+class EnvDataError(RuntimeError):
+    """The env returned an observation or reward its own spaces do not allow."""
+
+
+class Checked(gymnasium.Wrapper):
+    """Raises ``EnvDataError`` naming the env, the key and the step when an observation
+    entry has another shape or dtype kind than its space, or an observation or reward
+    is NaN or infinite: such a transition never reaches the agent or replay."""
+
+    def __init__(self, env: gymnasium.Env, name: str):
+        super().__init__(env)
+        self.name = name
+        self.t = 0  # steps into the episode
+        self.steps = 0  # steps of this env object
+        space = env.observation_space
+        spaces = space.spaces if isinstance(space, gymnasium.spaces.Dict) else {None: space}
+        self.checked = {
+            key: sub
+            for key, sub in spaces.items()
+            if getattr(sub, "shape", None) is not None and getattr(sub, "dtype", None) is not None
+        }
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.t = 0
+        self._check(obs, 0.0, "the reset")
+        return obs, info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.t += 1
+        self.steps += 1
+        self._check(obs, reward, f"step {self.t} of an episode (its step {self.steps})")
+        return obs, reward, terminated, truncated, info
+
+    def _check(self, obs, reward, where: str) -> None:
+        for key, space in self.checked.items():
+            name = "the observation" if key is None else f"observation {key!r}"
+            if key is not None and key not in obs:
+                self._fail(f"{name} is missing", where)
+            value = np.asarray(obs if key is None else obs[key])
+            if value.shape != space.shape:
+                self._fail(f"{name} has shape {value.shape}; its space says {space.shape}", where)
+            if not np.can_cast(value.dtype, space.dtype, casting="same_kind"):
+                self._fail(f"{name} has dtype {value.dtype}; its space says {space.dtype}", where)
+            if value.dtype.kind in "fc" and not np.isfinite(value).all():
+                self._fail(f"{name} holds NaN or Inf", where)
+        if not np.isfinite(reward):
+            self._fail(f"the reward is {reward}", where)
+
+    def _fail(self, problem: str, where: str):
+        raise EnvDataError(f"env {self.name}: {problem} at {where}")
+
+
 class Restarting(gymnasium.Wrapper):
     """Builds a fresh env from ``factory`` when ``step`` or ``reset`` raises.
 
     A failed ``step`` ends the episode as truncated, with the new env's first
     observation; ``info["restart"]`` is 1 on that step (0 otherwise), which the
-    trainer counts as ``env/restarts``. ``attempts`` failures in a row re-raise, and so
-    does an ``EnvFatalError`` at once.
+    trainer counts as ``env/restarts``. ``attempts`` failures without a good step in
+    between (the same error on every try) re-raise, and so does an ``EnvFatalError``
+    at once.
     """
 
     def __init__(self, factory: Callable[[], gymnasium.Env], attempts: int = 3):
         super().__init__(factory())
         self._factory = factory
         self._attempts = attempts
+        self._failures = 0  # since the last good step
         self.restarts = 0
 
+    def _failed(self, error: Exception) -> None:
+        self._failures += 1
+        if self._failures >= self._attempts:
+            raise RuntimeError(f"env failed {self._failures} times in a row: {error}") from error
+
     def _recreate_and_reset(self, error: Exception, **reset_kwargs):
-        for attempt in range(1, self._attempts + 1):
+        while True:
+            self._failed(error)
             self.restarts += 1
-            log.warning("env failed (%r); recreating it (%d)", error, attempt)
+            log.warning("env failed (%s); recreating it (%d)", error, self._failures)
             with contextlib.suppress(Exception):
                 self.env.close()
             try:
@@ -43,7 +107,6 @@ class Restarting(gymnasium.Wrapper):
                 raise
             except Exception as next_error:  # noqa: BLE001 - any env failure
                 error = next_error
-        raise RuntimeError(f"env failed {self._attempts} times in a row: {error!r}") from error
 
     def reset(self, **kwargs):
         try:
@@ -62,4 +125,5 @@ class Restarting(gymnasium.Wrapper):
         except Exception as error:  # noqa: BLE001 - any env failure
             obs, info = self._recreate_and_reset(error)
             return obs, 0.0, False, True, {**info, "restart": 1}
+        self._failures = 0
         return obs, reward, terminated, truncated, {**info, "restart": 0}
