@@ -228,20 +228,42 @@ class Registry:
 
 class Saver:
     """Writes the registry's parts, and ``extras``, as the checkpoint of an env step;
-    a failed write is logged and leaves the previous checkpoints as they were."""
+    a failed write is logged and leaves the previous checkpoints as they were, and
+    ``failures`` writes failing in a row raise ``SaveFailures``."""
 
-    def __init__(self, logdir: Path, registry: Registry, extras: dict, keep: int):
+    def __init__(self, logdir: Path, registry: Registry, extras: dict, keep: int, failures: int):
         self.logdir, self.registry, self.extras, self.keep = logdir, registry, extras, keep
+        self.failures, self.failed = failures, 0  # allowed in a row, failed in a row
+
+    def final(self, step: int) -> bool:
+        """The checkpoint at the end of a run: a failure is logged, never raised."""
+        try:
+            return self(step)
+        except SaveFailures:
+            return False
 
     def __call__(self, step: int) -> bool:
         state = self.registry.state_dict() | self.extras
         try:
             path = save(self.logdir, step, state, keep=self.keep)
         except CheckpointError as error:
+            self.failed += 1
             log.error("%s; the previous checkpoint is kept, retrying at the next interval", error)
+            if self.failed >= self.failures:
+                last = latest(self.logdir)
+                raise SaveFailures(
+                    f"{self.failed} checkpoint writes in a row failed (last: {error}); "
+                    f"a rerun resumes from {last.name if last else 'the start'}"
+                ) from None
             return False
+        self.failed = 0
         log.info("checkpoint written: %s", path)
         return True
+
+
+class SaveFailures(OSError):
+    """``run.save_failures`` checkpoint writes in a row failed: the run stops (exit 1;
+    not a ``CheckpointError``, which is a refused input, exit 2)."""
 
 
 class RngState(GlobalRNGState):

@@ -114,6 +114,9 @@ class RunConfig:
     log_every: int = _f(1000, ">= 1")  # env steps between metrics lines
     save_every: float = _f(900.0, "> 0")  # seconds between checkpoints
     keep: int = _f(3, ">= 1")  # checkpoints kept
+    # checkpoint writes that fail in a row (a full disk, a quota) before the run stops
+    # with exit 1; the last good checkpoint stays the one a rerun resumes from
+    save_failures: int = _f(3, ">= 1")
     progress: bool = _f(True)  # tqdm bar
     gc_freeze: bool = _f(True)  # gc.freeze() the setup heap for the loop (off: to measure it)
     from_checkpoint: str | None = _f(None)  # a new run starts from this run dir's / file's weights
@@ -597,6 +600,7 @@ RESUMABLE_KEYS = (
     "run.log_every",
     "run.save_every",
     "run.keep",
+    "run.save_failures",
     "run.progress",
     "run.gc_freeze",
     "collector.sync_every",

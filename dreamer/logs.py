@@ -31,6 +31,13 @@ def setup_logging(rank: int = 0) -> None:
     logging.getLogger("torchrl").setLevel(logging.INFO)
 
 
+log = logging.getLogger("dreamer")
+
+
+class OutputError(OSError):
+    """A run output could not be written (a full disk, a quota): the run stops."""
+
+
 class MetricsWriter:
     """Appends one JSON object per log interval; mirrors scalars to TensorBoard and to
     the experiment trackers, and hands them the files drawn for evaluations."""
@@ -82,21 +89,32 @@ class MetricsWriter:
             key: (value if math.isfinite(value) else None) if isinstance(value, float) else value
             for key, value in metrics.items()
         }
-        self.file.write(json.dumps(clean, sort_keys=True) + "\n")
-        self.file.flush()
+        try:
+            self.file.write(json.dumps(clean, sort_keys=True) + "\n")
+            self.file.flush()
+        except OSError as error:  # a cut line is dropped by the resume's truncate
+            raise OutputError(f"{self.path}: {error.strerror or error}") from None
         if self.tensorboard is not None:
-            for key, value in metrics.items():
-                if isinstance(value, int | float) and math.isfinite(value):
-                    self.tensorboard.log_scalar(key, value, step)
+            try:
+                for key, value in metrics.items():
+                    if isinstance(value, int | float) and math.isfinite(value):
+                        self.tensorboard.log_scalar(key, value, step)
+            except OSError as error:  # raised again from TensorBoard's writer thread
+                folder = Path(self.tensorboard.log_dir)
+                raise OutputError(f"{folder}: {error.strerror or error}") from None
         for tracker in self.trackers:
             tracker.metrics(step, metrics)
 
     def close(self) -> None:
-        self.file.close()
+        """Closes every output; one that cannot flush (a full disk) is logged."""
+        closers = [self.file.close, *(tracker.close for tracker in self.trackers)]
         if self.tensorboard is not None:
-            self.tensorboard.experiment.close()
-        for tracker in self.trackers:
-            tracker.close()
+            closers.insert(1, self.tensorboard.experiment.close)
+        for close in closers:
+            try:
+                close()
+            except OSError as error:
+                log.error("closing the run's outputs: %s", error)
 
 
 def _step(line: str) -> int | None:

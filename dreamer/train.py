@@ -21,7 +21,7 @@ from dreamer.dist import World, process_group
 from dreamer.eval_schedule import PeriodicEvaluation
 from dreamer.heap import frozen_heap
 from dreamer.learner import NonFiniteError
-from dreamer.logs import IntervalMeans, MetricsWriter, Progress, Rates, setup_logging
+from dreamer.logs import IntervalMeans, MetricsWriter, OutputError, Progress, Rates, setup_logging
 from dreamer.parts import build_parts
 from dreamer.rundir import prepare_run_dir
 from dreamer.schedules import Clock
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None, build=build_parts) -> int:
                     parent.rmdir()
         print(f"error: {_ranked(world, error)}", file=sys.stderr)
         return 2
-    except (NonFiniteError, CollectorError) as error:
+    except (NonFiniteError, CollectorError, OutputError, checkpoint.SaveFailures) as error:
         print(f"error: {_ranked(world, error)}", file=sys.stderr)
         return 1
 
@@ -98,7 +98,7 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
         parts.registry.register("evaluation", evaluation)
     # the layout Policy.load and warm starts need
     extras = {"config": OmegaConf.to_container(cfg), "spaces": spaces_to_dict(parts.spaces)}
-    save = checkpoint.Saver(logdir, parts.registry, extras, keep=cfg.run.keep)
+    save = checkpoint.Saver(logdir, parts.registry, extras, cfg.run.keep, cfg.run.save_failures)
     should_log = Clock.aligned(cfg.run.log_every, start)
     should_save = Clock(cfg.run.save_every, time.monotonic())
     should_push = Clock.aligned(cfg.collector.sync_every, learner.updates)
@@ -108,6 +108,7 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
     log.info("training %s on %s, logging to %s", cfg.model.name, cfg.env.name, logdir)
     alone = not world.distributed  # acts on its own stop signal at once; ranks at the lockstep
     finished = False  # reached run.steps: a pending evaluation is waited for
+    failed_output = False  # a run output could not be written (a full disk)
     stopping = False  # a stop signal reached some rank
     try:
         with StopSignals() as stop, frozen_heap(freeze=cfg.run.gc_freeze) as gc_stats:
@@ -153,10 +154,15 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
                 if env_steps >= cfg.run.steps or stopping:
                     break
             finished = not stopping
+    except (OutputError, checkpoint.SaveFailures):
+        # the disk is full: the last good checkpoint (and the rows up to it) is where a
+        # rerun resumes; a checkpoint now could hold steps whose row was never written
+        failed_output = True
+        raise
     finally:
         collector.shutdown()
         progress.close()
-        saved = save(steps.env_steps) if world.main else True
+        saved = save.final(steps.env_steps) if world.main and not failed_output else True
         if evaluation is not None:
             evaluation.close(finished)
         if writer is not None:
