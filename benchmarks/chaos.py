@@ -3,11 +3,17 @@
     python benchmarks/chaos.py                          # 20 kills, memory replay, 1 rank
     python benchmarks/chaos.py --kills 5 --replay disk --json results/chaos-disk.json
     python benchmarks/chaos.py --ranks 2 --steps 6000   # torchrun --nproc_per_node=2
+    python benchmarks/chaos.py --kills 8 --storage      # storage faults too (root: tmpfs)
 
 Every few seconds one process of the run is killed, its kind drawn at random among
 those alive and killed least so far: the driver (a rank under torchrun; then the same
 command is run again, and it resumes), an env worker, the inference server, the
 evaluation process, a render worker (the children's pids are read from the run's log).
+With ``--storage`` two storage faults join the draw, the run directory being a tmpfs
+mount: ``disk_full`` fills it (the run must stop with exit 1 and one line; the filler is
+removed and the command run again) and ``corrupt_checkpoint`` kills the driver and flips
+a byte of its latest checkpoint (the rerun must skip it with a warning and resume from
+the newest whole one).
 After each other kill the run must say it recovered and write a checkpoint before the
 next one. The run's length is tied to the kills, not to the machine's speed: it runs
 with no step limit until the last kill's recovery, is then stopped by USR1 (it
@@ -17,9 +23,10 @@ the run reached that step; every log interval has exactly one metrics row (and e
 evaluation one); ``env/restarts`` and ``restarts/<kind>`` equal the kills of each kind;
 an evaluation row follows each evaluation-process kill; the checkpoint loads; no process
 of the run is left. Prints (and with ``--json`` writes)
-``{"kills": {kind: n}, "delivered": bool, "survived": bool, "duplicated_rows": n,
-"missing_rows": n, "orphans": n, "wall_s": s, ...}``. Exits 0 when every kill was
-delivered and the run survived with nothing duplicated, missing or left over; 1 when
+``{"kills": {kind: n}, "faults": {kind: n}, "delivered": bool, "survived": bool,
+"duplicated_rows": n, "missing_rows": n, "orphans": n, "wall_s": s, ...}``. Exits 0 when
+every kill was delivered and the run survived with nothing duplicated, missing or left
+over; 1 when
 the run did not survive or lost or duplicated something; 3 when the harness could not
 deliver its kills (``harness_failure`` says why; the run is judged on what it got).
 """
@@ -46,6 +53,8 @@ from dreamer import checkpoint  # noqa: E402
 from tests.runs import UNTIL_STOPPED, alive, descendants, jsonl_rows  # noqa: E402
 
 KINDS = ("driver", "env_worker", "inference", "eval", "render")
+STORAGE = ("disk_full", "corrupt_checkpoint")  # faults of the run directory (--storage)
+TMPFS = "512m"  # the run directory's size with --storage
 # what the run logs once it recovered from a kill of each kind (driver: a rerun)
 RECOVERED = {
     "env_worker": r"replacing the collector",
@@ -188,10 +197,63 @@ def stop(attempt: Attempt, ranks: int, timeout: float) -> None:
         raise ChaosFailed(f"USR1 ended the run with {attempt.process.returncode}: {attempt.tail()}")
 
 
+def fill(folder: Path) -> Path:
+    """Writes ``folder/filler`` until the filesystem is full."""
+    filler = folder / "filler"
+    with filler.open("wb") as handle:
+        try:
+            while True:
+                handle.write(b"\0" * (1 << 16))
+                handle.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def flip_a_byte(path: Path) -> None:
+    """One bit flipped in the middle of a checkpoint file (inside its largest tensor)."""
+    size = path.stat().st_size
+    with path.open("r+b") as handle:
+        handle.seek(size // 2)
+        byte = handle.read(1)[0]
+        handle.seek(size // 2)
+        handle.write(bytes([byte ^ 0x10]))
+
+
+def storage_fault(kind: str, attempt: Attempt, logdir: Path, ranks: int, timeout: float) -> str:
+    """Deliver ``kind`` to the run of ``attempt``; returns what the next attempt's log
+    must show (it then runs the same command)."""
+    if kind == "disk_full":
+        attempt.wait_for(r"checkpoint written", 1, timeout)  # one to resume from
+        filler = fill(logdir)
+        try:
+            attempt.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise ChaosFailed(f"the run did not stop on a full disk: {attempt.tail()}") from None
+        filler.unlink()
+        errors = [line for line in attempt.text().splitlines() if line.startswith("error: ")]
+        if attempt.process.returncode != 1 or not errors or "No space left" not in errors[-1]:
+            code = attempt.process.returncode
+            raise ChaosFailed(f"a full disk ended the run with {code}: {attempt.tail()}")
+        return r"resuming from"
+    # the fallback must not go back past a recovery: two checkpoints since the last one
+    attempt.wait_for(r"checkpoint written", attempt.count(r"checkpoint written") + 2, timeout)
+    for pid in rank_pids(attempt.process.pid, ranks):
+        os.kill(pid, signal.SIGKILL)
+    attempt.process.wait(120)
+    newest = checkpoint.latest(logdir)
+    flip_a_byte(newest)
+    return rf"skipped {re.escape(newest.name)} .*resuming from"
+
+
 def chaos(args: argparse.Namespace) -> dict:
     rng = random.Random(args.seed)
     workdir = Path(tempfile.mkdtemp(prefix="chaos-"))
     logdir = Path(option(args.overrides, "run.logdir", str(workdir / "run")))
+    if args.storage:
+        logdir.mkdir(parents=True, exist_ok=True)
+        mount = ["mount", "-t", "tmpfs", "-o", f"size={TMPFS}", "tmpfs", str(logdir)]
+        subprocess.run(mount, check=True)
     overrides = [*DEFAULTS, f"replay.storage={args.replay}", *args.overrides]
     overrides.append(f"run.logdir={logdir}")
     log_every = int(option(overrides, "run.log_every", "0"))
@@ -222,6 +284,10 @@ def chaos(args: argparse.Namespace) -> dict:
                 code = attempt.process.returncode
                 raise ChaosFailed(f"the run exited with {code} between kills: {attempt.tail()}")
             alive_now = candidates(attempt, args.ranks)
+            if args.storage and alive_now:
+                alive_now |= {kind: [0] for kind in STORAGE}
+            if args.kinds:
+                alive_now = {kind: pids for kind, pids in alive_now.items() if kind in args.kinds}
             if not alive_now:  # between a replacement's start and its announcement
                 if time.monotonic() - last_drawn > args.timeout:
                     raise HarnessFailed(f"no process of the run to draw for {args.timeout:.0f} s")
@@ -233,6 +299,14 @@ def chaos(args: argparse.Namespace) -> dict:
             fewest = min(kills[kind] for kind in alive_now)
             kind = rng.choice(sorted(kind for kind in alive_now if kills[kind] == fewest))
             victim = rng.choice(alive_now[kind])
+            if kind in STORAGE:
+                print(f"{time.monotonic() - started:7.1f} s: {kind}", flush=True)
+                expected = storage_fault(kind, attempt, logdir, args.ranks, args.timeout)
+                kills[kind] += 1
+                attempts.append(Attempt(command, workdir / f"attempt{len(attempts)}.log"))
+                attempts[-1].wait_for(expected, 1, args.timeout)
+                attempts[-1].wait_for(STARTED, 1, args.timeout)
+                continue
             seen |= descendants(attempt.process.pid)
             before = {name: attempt.count(pattern) for name, pattern in RECOVERED.items()}
             saved = attempt.count(r"checkpoint written")
@@ -280,6 +354,7 @@ def chaos(args: argparse.Namespace) -> dict:
                 seen |= descendants(attempt.process.pid)
                 attempt.process.kill()
                 attempt.process.wait(60)
+        (logdir / "filler").unlink(missing_ok=True)
     wall = time.monotonic() - started
     deadline = time.monotonic() + 30
     while any(map(alive, seen)) and time.monotonic() < deadline:
@@ -320,8 +395,12 @@ def chaos(args: argparse.Namespace) -> dict:
         and counters_match
         and checks["eval_rows_after_eval_kills"]
     )
+    if args.storage:  # what the run left, kept for inspection, then the mount goes
+        subprocess.run(["cp", "-a", str(logdir), str(workdir / "run-files")], check=False)
+        subprocess.run(["umount", "-l", str(logdir)], check=False)
     return {
         "kills": {kind: kills[kind] for kind in KINDS},
+        "faults": {kind: kills[kind] for kind in STORAGE} if args.storage else {},
         "delivered": sum(kills.values()) == args.kills,
         "harness_failure": harness_failure,
         "survived": survived,
@@ -343,6 +422,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--replay", choices=("memory", "disk"), default="memory")
     parser.add_argument("--ranks", type=int, default=1)
+    parser.add_argument(
+        "--storage", action="store_true", help="disk-full and corrupt-checkpoint faults too"
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -351,10 +433,15 @@ def main(argv: list[str] | None = None) -> int:
         help="the run ends at this env step or FINISH steps past its last kill's recovery,"
         " whichever is later (default: 250 per kill + 1000)",
     )
+    parser.add_argument(
+        "--kinds", nargs="+", choices=(*KINDS, *STORAGE), help="draw only these (default: all)"
+    )
     parser.add_argument("--interval", type=float, nargs=2, default=(2.0, 6.0))
     parser.add_argument("--timeout", type=float, default=300, help="s to wait for a recovery")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv)
+    if args.kinds and set(args.kinds) & set(STORAGE) and not args.storage:
+        parser.error("--kinds: disk_full and corrupt_checkpoint need --storage")
     if args.steps is None:
         args.steps = 250 * args.kills + 1000
     result = chaos(args)

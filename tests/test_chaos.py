@@ -4,6 +4,7 @@ duplicated, missing or left over. The run lasts until its last kill's recovery w
 the machine's speed (chaos.py stops it then and lets a rerun finish it)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,24 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="the run directory is a tmpfs mount: root")
+def test_storage_faults_between_kills_lose_nothing(tmp_path):
+    """A full run directory and a corrupt latest checkpoint, with an env worker kill."""
+    result_path = tmp_path / "chaos.json"
+    command = [sys.executable, "benchmarks/chaos.py", "--kills", "3", "--storage"]
+    command += ["--kinds", "disk_full", "corrupt_checkpoint", "env_worker", "--seed", "2"]
+    command += ["--timeout", "600", "--json", str(result_path)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=2400)
+    assert result_path.exists(), done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(result_path.read_text())
+    assert done.returncode == 0, json.dumps(result, indent=1)
+    # the least-hit kind goes next: each of the three once
+    assert result["faults"] == {"disk_full": 1, "corrupt_checkpoint": 1}, result
+    assert result["kills"]["env_worker"] == 1 and result["survived"] is True
+    assert (result["duplicated_rows"], result["missing_rows"], result["orphans"]) == (0, 0, 0)
 
 
 @pytest.mark.slow
