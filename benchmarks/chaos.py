@@ -50,7 +50,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from dreamer import checkpoint  # noqa: E402
-from tests.runs import UNTIL_STOPPED, alive, descendants, jsonl_rows  # noqa: E402
+from tests.runs import (  # noqa: E402
+    UNTIL_STOPPED,
+    alive,
+    descendants,
+    fill,
+    flip_a_tensor_byte,
+    jsonl_rows,
+)
 
 KINDS = ("driver", "env_worker", "inference", "eval", "render")
 STORAGE = ("disk_full", "corrupt_checkpoint")  # faults of the run directory (--storage)
@@ -197,29 +204,6 @@ def stop(attempt: Attempt, ranks: int, timeout: float) -> None:
         raise ChaosFailed(f"USR1 ended the run with {attempt.process.returncode}: {attempt.tail()}")
 
 
-def fill(folder: Path) -> Path:
-    """Writes ``folder/filler`` until the filesystem is full."""
-    filler = folder / "filler"
-    with filler.open("wb") as handle:
-        try:
-            while True:
-                handle.write(b"\0" * (1 << 16))
-                handle.flush()
-        except OSError:
-            pass
-    return filler
-
-
-def flip_a_byte(path: Path) -> None:
-    """One bit flipped in the middle of a checkpoint file (inside its largest tensor)."""
-    size = path.stat().st_size
-    with path.open("r+b") as handle:
-        handle.seek(size // 2)
-        byte = handle.read(1)[0]
-        handle.seek(size // 2)
-        handle.write(bytes([byte ^ 0x10]))
-
-
 def storage_fault(kind: str, attempt: Attempt, logdir: Path, ranks: int, timeout: float) -> str:
     """Deliver ``kind`` to the run of ``attempt``; returns what the next attempt's log
     must show (it then runs the same command)."""
@@ -242,7 +226,7 @@ def storage_fault(kind: str, attempt: Attempt, logdir: Path, ranks: int, timeout
         os.kill(pid, signal.SIGKILL)
     attempt.process.wait(120)
     newest = checkpoint.latest(logdir)
-    flip_a_byte(newest)
+    flip_a_tensor_byte(newest)
     return rf"skipped {re.escape(newest.name)} .*resuming from"
 
 

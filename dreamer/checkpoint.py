@@ -20,6 +20,7 @@ import logging
 import os
 import pickle
 import re
+import shutil
 import signal
 import socket
 from pathlib import Path
@@ -71,7 +72,10 @@ def save(logdir: Path, step: int, state: dict, keep: int = 3) -> Path:
             os.fsync(handle.fileno())
     except (OSError, RuntimeError) as error:  # torch.save wraps write errors in RuntimeError
         temporary.unlink(missing_ok=True)
-        raise CheckpointError(f"checkpoint at step {step} not written: {error}") from None
+        free = shutil.disk_usage(folder).free  # torch's message may not say the disk is full
+        raise CheckpointError(
+            f"checkpoint at step {step} not written: {_detail(error)} ({free:,} bytes free)"
+        ) from None
     os.replace(temporary, final)
     directory = os.open(folder, os.O_RDONLY)
     try:

@@ -3,13 +3,16 @@ set of process helpers for the run, kill, death and resume tests."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
+import struct
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -273,3 +276,33 @@ def ignores_usr1(pid: int) -> bool:
     )
     bit = 1 << (signal.SIGUSR1 - 1)
     return bool((int(fields["SigIgn"], 16) | int(fields["SigBlk"], 16)) & bit)
+
+
+def fill(folder: Path, leave: int = 0) -> Path:
+    """Writes ``folder/filler`` until the filesystem is full, then frees ``leave`` bytes."""
+    filler = folder / "filler"
+    with filler.open("wb") as handle:
+        with contextlib.suppress(OSError):
+            while True:
+                handle.write(b"\0" * (1 << 16))
+                handle.flush()
+        with contextlib.suppress(OSError):
+            handle.close()
+    if leave:
+        os.truncate(filler, max(filler.stat().st_size - leave, 0))
+    return filler
+
+
+def flip_a_tensor_byte(path: Path) -> None:
+    """One bit flipped in the middle of the largest tensor record of a checkpoint's zip
+    (stored, not compressed): the file still unpickles."""
+    with zipfile.ZipFile(path) as archive:
+        record = max(archive.infolist(), key=lambda info: info.file_size)
+    with path.open("r+b") as handle:
+        handle.seek(record.header_offset + 26)  # the local header's name and extra lengths
+        name_length, extra_length = struct.unpack("<HH", handle.read(4))
+        middle = record.header_offset + 30 + name_length + extra_length + record.file_size // 2
+        handle.seek(middle)
+        byte = handle.read(1)[0]
+        handle.seek(middle)
+        handle.write(bytes([byte ^ 0x10]))

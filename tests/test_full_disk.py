@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dreamer import checkpoint
-from tests.runs import UNTIL_STOPPED, Trainer, read_metrics, run_trainer
+from tests.runs import UNTIL_STOPPED, Trainer, fill, read_metrics, run_trainer
 
 pytestmark = [
     pytest.mark.slow,
@@ -31,33 +31,18 @@ def tmpfs(path: Path, size: str):
         subprocess.run(["umount", "-l", str(path)], check=True)
 
 
-def fill(folder: Path, leave: int = 0) -> Path:
-    """Writes ``folder/filler`` until the filesystem is full, then frees ``leave`` bytes."""
-    filler = folder / "filler"
-    with filler.open("wb") as handle:
-        with contextlib.suppress(OSError):
-            while True:
-                handle.write(b"\0" * (1 << 16))
-                handle.flush()
-        with contextlib.suppress(OSError):
-            handle.close()
-    if leave:
-        os.truncate(filler, max(filler.stat().st_size - leave, 0))
-    return filler
-
-
 def error_line(text: str) -> str:
     errors = [line for line in text.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1, text[-3000:]
     return errors[0]
 
 
-def resumes_to_the_end(logdir: Path, good: Path, tmp_path: Path) -> None:
+def resumes_to_the_end(logdir: Path, good: Path, tmp_path: Path, *overrides: str) -> None:
     """A rerun resumes from ``good`` and finishes 300 steps later; rows up to ``good``
     are kept as they were, none is duplicated and none missing."""
     step = checkpoint.load(good)["steps"]["env_steps"]
     kept = [row for row in read_metrics(logdir) if row["env_steps"] <= step]
-    done = run_trainer(logdir, *FAST, f"run.steps={step + 300}", timeout=300)
+    done = run_trainer(logdir, *FAST, *overrides, f"run.steps={step + 300}", timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"resuming from {good.name} at env step {step}" in done.stderr
     rows = read_metrics(logdir)
@@ -68,20 +53,37 @@ def resumes_to_the_end(logdir: Path, good: Path, tmp_path: Path) -> None:
     assert checkpoint.load(checkpoint.latest(logdir))["steps"]["env_steps"] == step + 300
 
 
+def mlflow_steps(logdir: Path) -> list[int]:
+    """The env steps of the ``updates`` metric in the run's MLflow store (SQLite)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{logdir / 'mlflow' / 'mlflow.db'}")
+    (run,) = client.search_runs(client.search_experiments()[0].experiment_id)
+    return [metric.step for metric in client.get_metric_history(run.info.run_id, "updates")]
+
+
 def test_a_full_run_directory_stops_the_run_and_loses_nothing(tmp_path):
-    with tmpfs(tmp_path / "run", "48m") as logdir:
-        trainer = Trainer(logdir, *FAST, UNTIL_STOPPED, "run.save_every=3", log=tmp_path / "log")
+    """metrics.jsonl, TensorBoard and the MLflow store in the full directory."""
+    pytest.importorskip("mlflow")
+    with tmpfs(tmp_path / "run", "64m") as logdir:
+        outputs = "logger.use=[jsonl,tensorboard,mlflow]"
+        trainer = Trainer(
+            logdir, *FAST, UNTIL_STOPPED, outputs, "run.save_every=3", log=tmp_path / "log"
+        )
         trainer.wait_for("checkpoint written")
         trainer.wait_rows(2)
         filler = fill(logdir)
         assert trainer.wait(300) == 1, trainer.tail()
         line = error_line(trainer.text())
-        assert "No space left on device" in line, line
+        # whichever failed first: a metrics or TensorBoard write, or the checkpoints
+        assert "No space left on device" in line or "writes in a row failed" in line, line
         good = checkpoint.latest(logdir)
         checkpoint.load(good)  # whole: its checksum holds
         assert not list((logdir / "checkpoints").glob(".*.tmp")), "partial file left behind"
+        logged = mlflow_steps(logdir)  # what the store holds is still readable
+        assert logged and logged == sorted(logged), logged
         filler.unlink()
-        resumes_to_the_end(logdir, good, tmp_path)
+        resumes_to_the_end(logdir, good, tmp_path, outputs)
 
 
 def test_failing_checkpoint_writes_stop_the_run_after_save_failures(tmp_path):

@@ -4,10 +4,8 @@ import json
 import os
 import shutil
 import signal
-import struct
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -17,7 +15,15 @@ from dreamer import checkpoint
 from dreamer.checkpoint import RunLock, RunLockedError
 from dreamer.logs import MetricsWriter
 from dreamer.policy import Policy
-from tests.runs import Trainer, all_gone, descendants, forked_runs, read_metrics, run_trainer
+from tests.runs import (
+    Trainer,
+    all_gone,
+    descendants,
+    flip_a_tensor_byte,
+    forked_runs,
+    read_metrics,
+    run_trainer,
+)
 
 FAST = ["experiment=smoke", "env=cue", "run.train_starts=200", "run.log_every=100"]
 RATIO = 4  # few updates: these tests are about surviving, not learning
@@ -181,21 +187,6 @@ class RunsCode:
 
     def __reduce__(self):
         return os.system, (f"touch {self.marker}",)
-
-
-def flip_a_tensor_byte(path: Path) -> None:
-    """One bit flipped in the middle of the largest tensor record of a checkpoint's zip
-    (stored, not compressed): the file still unpickles."""
-    with zipfile.ZipFile(path) as archive:
-        record = max(archive.infolist(), key=lambda info: info.file_size)
-    with path.open("r+b") as handle:
-        handle.seek(record.header_offset + 26)  # the local header's name and extra lengths
-        name_length, extra_length = struct.unpack("<HH", handle.read(4))
-        middle = record.header_offset + 30 + name_length + extra_length + record.file_size // 2
-        handle.seek(middle)
-        byte = handle.read(1)[0]
-        handle.seek(middle)
-        handle.write(bytes([byte ^ 0x10]))
 
 
 def test_damaged_checkpoint_files_are_refused_in_one_line(finished_run, tmp_path):
