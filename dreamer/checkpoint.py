@@ -187,10 +187,16 @@ def _reason(error: CheckpointError) -> str:
     return str(error).split(": ", 1)[-1]
 
 
-def find(path: str | Path) -> Path:
+def find(path: str | Path, name: str | None = None) -> Path:
     """The checkpoint a user names: a file, or the latest in a run directory or in its
-    ``checkpoints`` folder. ``CheckpointError`` (one line) when there is none."""
+    ``checkpoints`` folder; with ``name`` (a file, or a file name in the run directory's
+    ``checkpoints``) that one. ``CheckpointError`` (one line) when there is none."""
     path = Path(path)
+    if name is not None:
+        for candidate in (Path(name), checkpoint_dir(path) / name):
+            if candidate.is_file():
+                return candidate
+        raise CheckpointError(f"{name}: no such checkpoint file (nor in {checkpoint_dir(path)})")
     if path.is_dir():
         found = latest(path.parent if path.name == "checkpoints" else path)
         if found is None:

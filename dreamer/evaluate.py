@@ -39,22 +39,10 @@ OVERRIDABLE = (
 )
 
 
-def _checkpoint(logdir: Path, named: str | None) -> Path:
-    if named is None:
-        found = checkpoint.latest(logdir)
-        if found is None:
-            raise ConfigError(f"run.logdir: no checkpoint in {logdir / 'checkpoints'}")
-        return found
-    for candidate in (Path(named), logdir / "checkpoints" / named):
-        if candidate.is_file():
-            return candidate
-    raise ConfigError(f"eval.checkpoint: no checkpoint file {named!r} (nor in {logdir})")
-
-
 def evaluate(logdir: Path, reports: bool = False, **eval_overrides) -> EvalResult:
     """Greedy episodes of the run's checkpoint (``eval.*`` overrides as keywords, e.g.
     ``episodes=2``); with ``reports``, also writes ``<logdir>/eval/<step>/``."""
-    found = _checkpoint(logdir, eval_overrides.get("checkpoint"))
+    found = checkpoint.find(logdir, eval_overrides.get("checkpoint"))
     state = checkpoint.load(found)
     cfg = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(logdir / "config.yaml"))
     cfg.eval = OmegaConf.merge(cfg.eval, eval_overrides)

@@ -120,9 +120,8 @@ def main(argv: list[str]) -> int:
     try:
         values = parse(argv)
         logdir = Path(values["run.logdir"])
-        named = values.get("export.checkpoint")
-        source = logdir / "checkpoints" / named if named and "/" not in named else named
-        policy = Policy.load(source or logdir, device="cpu")
+        found = checkpoint.find(logdir, values.get("export.checkpoint"))
+        policy = Policy.load(found, device="cpu")
         path = Path(values.get("export.path") or logdir / f"policy-{policy.step:012d}.pt2")
         export(policy, path)
     except (ConfigError, checkpoint.CheckpointError) as error:
