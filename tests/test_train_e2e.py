@@ -219,7 +219,9 @@ def test_evaluate_without_a_checkpoint_exits_2(tmp_path):
         timeout=120,
     )
     assert result.returncode == 2
-    assert result.stderr.strip().startswith("error: run.logdir: no checkpoint")
+    assert result.stderr.strip().splitlines() == [
+        f"error: {tmp_path}: no checkpoint in it (expected checkpoint-*.pt files)"
+    ]
 
 
 @pytest.mark.slow
