@@ -290,5 +290,16 @@ class EvalRunner:
         self._pending_weights, self._attempt = TensorDict(state["weights"]), 1
         self._submit(state["step"])
 
-    def shutdown(self) -> None:
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Stop the evaluation process. torchrl's shutdown gives it 5 s; on a loaded
+        machine it can miss them and live on, and the run's exit would then wait for
+        it forever (multiprocessing joins its children at exit): end it here."""
+        process = self.process()
         self.evaluator.shutdown()
+        if process is not None and process.is_alive():
+            log.warning("the evaluation process outlived its shutdown; terminating it")
+            process.terminate()
+            process.join(timeout)
+            if process.is_alive():
+                process.kill()
+                process.join(timeout)
