@@ -306,3 +306,19 @@ def flip_a_tensor_byte(path: Path) -> None:
         byte = handle.read(1)[0]
         handle.seek(middle)
         handle.write(bytes([byte ^ 0x10]))
+
+
+def can_mount_tmpfs() -> bool:
+    """Can this process mount a tmpfs (root with CAP_SYS_ADMIN, as on these machines)?"""
+    import tempfile
+
+    if os.geteuid() != 0:
+        return False
+    with tempfile.TemporaryDirectory() as point:
+        mounted = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", point], capture_output=True
+        )
+        if mounted.returncode != 0:
+            return False
+        subprocess.run(["umount", point], check=True)
+    return True

@@ -5,12 +5,13 @@ left over. The run lasts until its last kill's recovery whatever
 the machine's speed (chaos.py stops it then and lets a rerun finish it)."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.runs import can_mount_tmpfs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_random_kills_and_storage_faults_lose_nothing(tmp_path):
     """Seven faults: the five process kinds and, as root (the run directory is then a
     tmpfs mount), a full run directory and a corrupt latest checkpoint."""
-    storage = os.geteuid() == 0
+    storage = can_mount_tmpfs()
     result_path = tmp_path / "chaos.json"
     command = [sys.executable, "benchmarks/chaos.py", "--kills", "7", "--seed", "3"]
     command += ["--storage"] if storage else []

@@ -4,18 +4,17 @@ had written stays whole (the last good checkpoint loads, metrics rows parse), an
 space is freed a rerun finishes with no metrics row lost or duplicated."""
 
 import contextlib
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from dreamer import checkpoint
-from tests.runs import UNTIL_STOPPED, Trainer, fill, read_metrics, run_trainer
+from tests.runs import UNTIL_STOPPED, Trainer, can_mount_tmpfs, fill, read_metrics, run_trainer
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root"),
+    pytest.mark.skipif(not can_mount_tmpfs(), reason="mounting a tmpfs needs root"),
 ]
 FAST = ["experiment=smoke", "env=cue", "run.train_starts=200", "run.log_every=100"]
 FAST.append("run.train_ratio=4")  # few updates: these tests are about the files
