@@ -76,6 +76,11 @@ class _Restarts(default_info_dict_reader):
         return super().__call__({RESTART_KEY: flag}, tensordict)
 
 
+def env_label(env: Mapping) -> str:
+    """How lines name the configured env: its gymnasium id for ``env=gym``."""
+    return env["id"] if env["name"] == "gym" else env["name"]
+
+
 def _adapter(env: Mapping, seed: int) -> Callable[[], gymnasium.Env]:
     """A factory of the gymnasium env (called again to recreate a failed one)."""
     if env["name"] == "crafter":
@@ -130,8 +135,8 @@ def _make_gym(env: Mapping) -> gymnasium.Env:
 
 def _base_env(env: Mapping, seed: int) -> tuple[EnvBase, int]:
     """The raw env and the step cap still to enforce (0: the env enforces its own)."""
-    factory, what = _adapter(env, seed), env["id"] if env["name"] == "gym" else env["name"]
-    base = GymWrapper(Restarting(lambda: Checked(factory(), what)))
+    factory = _adapter(env, seed)
+    base = GymWrapper(Restarting(lambda: Checked(factory(), env_label(env))))
     base.set_info_dict_reader(_Restarts())
     if env["name"] == "crafter":
         from dreamer.envs.crafter import ACHIEVEMENTS
@@ -238,7 +243,7 @@ def describe_env(env, seed: int) -> tuple:
     except ConfigError:
         raise
     except Exception as error:
-        what = env["id"] if env["name"] == "gym" else env["name"]
+        what = env_label(env)
         detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ConfigError(f"env: cannot create {what}: {detail}") from error
     try:

@@ -42,32 +42,36 @@ class Checked(gymnasium.Wrapper):
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
         self.t = 0
-        self._check(obs, 0.0, "the reset")
+        self._check(obs, 0.0)
         return obs, info
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.t += 1
         self.steps += 1
-        self._check(obs, reward, f"step {self.t} of an episode (its step {self.steps})")
+        self._check(obs, reward)
         return obs, reward, terminated, truncated, info
 
-    def _check(self, obs, reward, where: str) -> None:
+    def _check(self, obs, reward) -> None:
+        """Runs on every transition: cheap tests first, the message only on a failure."""
         for key, space in self.checked.items():
             name = "the observation" if key is None else f"observation {key!r}"
             if key is not None and key not in obs:
-                self._fail(f"{name} is missing", where)
+                self._fail(f"{name} is missing")
             value = np.asarray(obs if key is None else obs[key])
             if value.shape != space.shape:
-                self._fail(f"{name} has shape {value.shape}; its space says {space.shape}", where)
-            if not np.can_cast(value.dtype, space.dtype, casting="same_kind"):
-                self._fail(f"{name} has dtype {value.dtype}; its space says {space.dtype}", where)
+                self._fail(f"{name} has shape {value.shape}; its space says {space.shape}")
+            if value.dtype != space.dtype and not np.can_cast(
+                value.dtype, space.dtype, casting="same_kind"
+            ):
+                self._fail(f"{name} has dtype {value.dtype}; its space says {space.dtype}")
             if value.dtype.kind in "fc" and not np.isfinite(value).all():
-                self._fail(f"{name} holds NaN or Inf", where)
+                self._fail(f"{name} holds NaN or Inf")
         if not np.isfinite(reward):
-            self._fail(f"the reward is {reward}", where)
+            self._fail(f"the reward is {reward}")
 
-    def _fail(self, problem: str, where: str):
+    def _fail(self, problem: str):
+        where = f"step {self.t} of an episode (its step {self.steps})" if self.t else "the reset"
         raise EnvDataError(f"env {self.name}: {problem} at {where}")
 
 
