@@ -133,14 +133,15 @@ def load(path: Path) -> dict:
     build anything but tensors and plain containers (nothing of it runs)."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        # torch's weights-only unpickler names what it would have imported and called
-        if found := re.search(r"GLOBAL ([\w.]+)", str(error)):
-            raise UnsafeCheckpointError(
-                f"{path}: refused: loading it would run code (it calls {found[1]})"
-            ) from None
-        raise CheckpointError(f"{path}: not a readable checkpoint ({_detail(error)})") from None
     except Exception as error:  # torch.load raises many kinds on a foreign or cut file
+        # torch's weights-only unpickler names what it would have imported and called
+        unsafe = isinstance(error, pickle.UnpicklingError) and re.search(
+            r"GLOBAL ([\w.]+)", str(error)
+        )
+        if unsafe:
+            raise UnsafeCheckpointError(
+                f"{path}: refused: loading it would run code (it calls {unsafe[1]})"
+            ) from None
         raise CheckpointError(f"{path}: not a readable checkpoint ({_detail(error)})") from None
     if not isinstance(state, dict) or not {"learner", "config", "steps"} <= set(state):
         raise CheckpointError(f"{path}: not a dreamer checkpoint (no learner, config and steps)")

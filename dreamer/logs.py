@@ -14,6 +14,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+log = logging.getLogger("dreamer")
+
 
 def setup_logging(rank: int = 0) -> None:
     """INFO lines of ours from rank 0; the other ranks of a data-parallel job log
@@ -29,9 +31,6 @@ def setup_logging(rank: int = 0) -> None:
     logging.getLogger("dreamer").setLevel(logging.INFO if rank == 0 else logging.WARNING)
     # torchrl logs its transport choice at INFO; keep it, silence the rest of its chatter.
     logging.getLogger("torchrl").setLevel(logging.INFO)
-
-
-log = logging.getLogger("dreamer")
 
 
 class OutputError(OSError):
@@ -107,10 +106,10 @@ class MetricsWriter:
 
     def close(self) -> None:
         """Closes every output; one that cannot flush (a full disk) is logged."""
-        closers = [self.file.close, *(tracker.close for tracker in self.trackers)]
+        closers = [self.file.close]
         if self.tensorboard is not None:
-            closers.insert(1, self.tensorboard.experiment.close)
-        for close in closers:
+            closers.append(self.tensorboard.experiment.close)
+        for close in [*closers, *(tracker.close for tracker in self.trackers)]:
             try:
                 close()
             except OSError as error:

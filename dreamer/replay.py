@@ -97,7 +97,6 @@ class SequenceReplay:
             if not cursors.exists():
                 np.save(cursors, np.zeros(streams, np.int64))
             self._on_disk = np.load(cursors, mmap_mode="r+")
-            self._reserved: set[int] = set()  # streams whose files are allocated in full
         else:
             self.storages = [LazyTensorStorage(self.per_stream) for _ in range(streams)]
         # written[i]: transitions ever written to stream i (its write cursor in time)
@@ -132,13 +131,14 @@ class SequenceReplay:
                 self._on_disk[stream] = max(int(self._on_disk[stream]), end)
             self.storages[stream].set(positions, rows)
             self.written[stream] += count
-            if self.disk and stream not in self._reserved:
+            if self.disk and start == 0:  # the stream's first write made its files
                 self._reserve(stream)
 
     def _reserve(self, stream: int) -> None:
         """Allocate the stream's files in full at its first write: a full disk is then
         one ``OutputError`` here, never a SIGBUS when a later write touches a page of the
-        memory map that the filesystem cannot back."""
+        memory map that the filesystem cannot back. A resume whose checkpoint saw no
+        write to the stream allocates again (the earlier run may have died in between)."""
         for path in sorted(self._stream_dir(stream).rglob("*.memmap")):
             size = path.stat().st_size
             with path.open("r+b") as handle:
@@ -148,7 +148,6 @@ class SequenceReplay:
                     raise OutputError(
                         f"replay: {path}: {error.strerror} (it needs {size:,} bytes)"
                     ) from None
-        self._reserved.add(stream)
 
     def _window_counts(self) -> torch.Tensor:
         stored = self.written - self._oldest()
