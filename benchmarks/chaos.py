@@ -57,6 +57,7 @@ from tests.runs import (  # noqa: E402
     fill,
     flip_a_tensor_byte,
     jsonl_rows,
+    mount_tmpfs,
 )
 
 KINDS = ("driver", "env_worker", "inference", "eval", "render")
@@ -235,9 +236,7 @@ def chaos(args: argparse.Namespace) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix="chaos-"))
     logdir = Path(option(args.overrides, "run.logdir", str(workdir / "run")))
     if args.storage:
-        logdir.mkdir(parents=True, exist_ok=True)
-        mount = ["mount", "-t", "tmpfs", "-o", f"size={TMPFS}", "tmpfs", str(logdir)]
-        subprocess.run(mount, check=True)
+        mount_tmpfs(logdir, TMPFS)
     overrides = [*DEFAULTS, f"replay.storage={args.replay}", *args.overrides]
     overrides.append(f"run.logdir={logdir}")
     log_every = int(option(overrides, "run.log_every", "0"))

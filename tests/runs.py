@@ -308,6 +308,21 @@ def flip_a_tensor_byte(path: Path) -> None:
         handle.write(bytes([byte ^ 0x10]))
 
 
+def mount_tmpfs(path: Path, size: str) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str):
+    """A tmpfs of ``size`` (e.g. ``64m``) mounted at ``path`` for the block."""
+    mount_tmpfs(path, size)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=True)
+
+
 def can_mount_tmpfs() -> bool:
     """Can this process mount a tmpfs (root with CAP_SYS_ADMIN, as on these machines)?"""
     import tempfile
@@ -315,10 +330,8 @@ def can_mount_tmpfs() -> bool:
     if os.geteuid() != 0:
         return False
     with tempfile.TemporaryDirectory() as point:
-        mounted = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", point], capture_output=True
-        )
-        if mounted.returncode != 0:
+        try:
+            with tmpfs(Path(point), "1m"):
+                return True
+        except subprocess.CalledProcessError:
             return False
-        subprocess.run(["umount", point], check=True)
-    return True

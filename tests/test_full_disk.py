@@ -3,14 +3,21 @@ replay's folder, filled during a run. The run stops with exit 1 and one line, wh
 had written stays whole (the last good checkpoint loads, metrics rows parse), and once
 space is freed a rerun finishes with no metrics row lost or duplicated."""
 
-import contextlib
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from dreamer import checkpoint
-from tests.runs import UNTIL_STOPPED, Trainer, can_mount_tmpfs, fill, read_metrics, run_trainer
+from tests.runs import (
+    UNTIL_STOPPED,
+    Trainer,
+    can_mount_tmpfs,
+    fill,
+    read_metrics,
+    run_trainer,
+    tmpfs,
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -18,16 +25,6 @@ pytestmark = [
 ]
 FAST = ["experiment=smoke", "env=cue", "run.train_starts=200", "run.log_every=100"]
 FAST.append("run.train_ratio=4")  # few updates: these tests are about the files
-
-
-@contextlib.contextmanager
-def tmpfs(path: Path, size: str):
-    path.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=True)
 
 
 def error_line(text: str) -> str:
