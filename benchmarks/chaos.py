@@ -49,7 +49,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dreamer import checkpoint  # noqa: E402
+from dreamer.runtime import checkpoint, signals  # noqa: E402
 from tests.runs import (  # noqa: E402
     UNTIL_STOPPED,
     alive,
@@ -201,7 +201,7 @@ def stop(attempt: Attempt, ranks: int, timeout: float) -> None:
         attempt.process.wait(timeout)
     except subprocess.TimeoutExpired:
         raise ChaosFailed(f"the run did not stop after USR1: {attempt.tail()}") from None
-    if ranks == 1 and attempt.process.returncode != checkpoint.REQUEUE_EXIT:
+    if ranks == 1 and attempt.process.returncode != signals.REQUEUE_EXIT:
         raise ChaosFailed(f"USR1 ended the run with {attempt.process.returncode}: {attempt.tail()}")
 
 

@@ -20,7 +20,7 @@ a static batch of every worker, and then (b)'s driver policy runs on CUDA too.
 "model": .., "models": {"<model>": {...}}, "machine": ..}}`` in env steps/s; the four
 top-level figures are size1m's (the goal's model) when it was measured. The trainer's
 start-up note on cheap envs quotes ``benchmarks/results/collect.json``'s CartPole figures,
-copied into ``dreamer/collect.py`` (``MEASURED``; a test checks they agree).
+copied into ``dreamer/data/collect.py`` (``MEASURED``; a test checks they agree).
 """
 
 from __future__ import annotations
@@ -42,14 +42,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from dreamer.agent.build import latent_sizes  # noqa: E402
-from dreamer.collect import (  # noqa: E402
+from dreamer.config import load  # noqa: E402
+from dreamer.data.collect import (  # noqa: E402
     build_policy,
     env_seeds,
     make_collector,
 )
-from dreamer.config import load  # noqa: E402
-from dreamer.cores import usable_cores  # noqa: E402
 from dreamer.envs import describe_env, make_env  # noqa: E402
+from dreamer.runtime.cores import usable_cores  # noqa: E402
 
 ENVS = {"crafter": ["env=crafter"], "cartpole": ["env=cartpole"]}
 PATHS = ("limit", "stock", "chunk1", "chunk64")

@@ -111,7 +111,7 @@ else
 fi
 
 $PY -c "import sys, torch; print('python', sys.version.split()[0], '| torch', torch.__version__,
-'| cuda', torch.cuda.is_available() and torch.cuda.get_device_name(0), '| usable cores', __import__('dreamer.cores').cores.usable_cores(), 'of', __import__('os').cpu_count())"
+'| cuda', torch.cuda.is_available() and torch.cuda.get_device_name(0), '| usable cores', __import__('dreamer.runtime.cores').cores.usable_cores(), 'of', __import__('os').cpu_count())"
 if ((!DRY)); then
   $PY -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'" || exit 1
 fi
@@ -124,6 +124,8 @@ learner() {  # learner MODEL BATCH LENGTH UPDATES
 step roof 15 $PY benchmarks/matmul_roof.py "${ROOF[@]}" --json "$WORK/roof.json"
 read -r -a shape <<<"${LEARNER_SHAPES[0]}"
 learner "${shape[@]}" 80
+# learner.rollout=auto is torchrl's on CUDA until this shows the fused rollout equal there
+step fused_equal 40 $PY benchmarks/fused_equal.py --json "$WORK/fused_equal.json"
 # after the learner at the same shape, so its compiled graphs come from the cache
 step trainer 70 $PY -m dreamer.train experiment=minedojo_4gpu env=crafter eval.every=0 \
   run.progress=false run.log_every=256 run.save_every=100000 "${TRAIN[@]}" \

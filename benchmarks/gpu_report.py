@@ -5,7 +5,8 @@ limits on what comes back.
     python benchmarks/gpu_report.py WORK OUT [--dry-run]
 
 WORK holds the steps' files (steps.tsv, roof.json, learner-*.json / .txt, trainer/,
-collect.json, filelock.json, gc_freeze.json); OUT receives gpu.json and summary.md.
+collect.json, fused_equal.json, filelock.json, gc_freeze.json); OUT receives gpu.json
+and summary.md.
 Exit 1 when a step failed or ran out of time, or OUT breaks a limit.
 """
 
@@ -177,6 +178,16 @@ def summary(report: dict) -> str:
         f"{a.get('updates', '-')} updates, {fmt(a.get('updates_per_s'))} updates/s, "
         f"losses finite: {a.get('loss_finite', '-')}"
     )
+    e = report.get("fused_equal") or {}
+    for mode, rows in e.get("modes", {}).items():
+        lines.append(
+            f"fused rollout vs torchrl's, {mode}: "
+            + ", ".join(
+                f"{kind} loss {r['loss_rel_error']:.1e} grad {r['grad_rel_error']:.1e}"
+                + ("" if r["equal"] else " (NOT equal)")
+                for kind, r in rows.items()
+            )
+        )
     c = (report.get("collect") or {}).get("crafter", {})
     lines.append(
         "collection (env steps/s): "
@@ -237,7 +248,7 @@ def main() -> int:
     args = parser.parse_args()
     import torch  # after argparse: --help without torch
 
-    from dreamer.cores import usable_cores
+    from dreamer.runtime.cores import usable_cores
 
     roof = read_json(args.work / "roof.json")
     cuda = torch.cuda.is_available()
@@ -254,6 +265,7 @@ def main() -> int:
         "trainer": trainer(args.work),
         "atari": trainer(args.work, "atari"),
         "collect": read_json(args.work / "collect.json"),
+        "fused_equal": read_json(args.work / "fused_equal.json"),
         "filelock": read_json(args.work / "filelock.json"),
         "gc_freeze": read_json(args.work / "gc_freeze.json"),
     }

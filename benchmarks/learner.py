@@ -54,8 +54,8 @@ from matmul_roof import roof  # noqa: E402
 from dreamer.agent.build import build_agent  # noqa: E402
 from dreamer.agent.spaces import EnvSpaces, ObsKey  # noqa: E402
 from dreamer.config import load  # noqa: E402
-from dreamer.dist import World  # noqa: E402
-from dreamer.learner import Learner  # noqa: E402
+from dreamer.learning.learner import Learner  # noqa: E402
+from dreamer.runtime.dist import World  # noqa: E402
 from tests.batches import real_batch, synthetic_batch  # noqa: E402
 
 

@@ -40,10 +40,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dreamer.config import ConfigError  # noqa: E402
-from dreamer.eval_worker import EvalResult  # noqa: E402
+from dreamer.errors import ConfigError  # noqa: E402
 from dreamer.evaluate import evaluate  # noqa: E402
-from dreamer.reports import crafter_score  # noqa: E402
+from dreamer.evaluation.reports import crafter_score  # noqa: E402
+from dreamer.evaluation.runner import EvalResult  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 OFFICIAL = json.loads((ROOT / "benchmarks" / "official" / "dreamerv3_scores.json").read_text())
@@ -178,7 +178,7 @@ def random_reference(check: Check, overrides: list[str], episodes: int) -> float
     from dreamer.config import load
     from dreamer.envs import make_env
     from dreamer.envs.crafter import ACHIEVEMENTS
-    from dreamer.eval_worker import summarize
+    from dreamer.evaluation.runner import summarize
 
     cfg = load([*check.overrides, *overrides])
     env = make_env(OmegaConf.to_container(cfg.env), seed=123_456)

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dreamer.cores import usable_cores
-from dreamer.render import RenderPool
+from dreamer.evaluation.render import RenderPool
+from dreamer.runtime.cores import usable_cores
 
 
 def figures(count: int) -> list[dict]:

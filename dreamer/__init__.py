@@ -6,7 +6,7 @@ is imported on first use."""
 
 def __getattr__(name: str):
     if name == "Policy":
-        from dreamer.policy import Policy
+        from dreamer.serving.policy import Policy
 
         return Policy
     raise AttributeError(f"module 'dreamer' has no attribute {name!r}")

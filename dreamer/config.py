@@ -1,6 +1,6 @@
-"""Configuration: one structured schema, YAML presets in ``dreamer/conf/``, strict validation.
+"""Configuration: one structured schema, YAML presets in ``conf/``, strict validation.
 
-``load(overrides)`` composes ``dreamer/conf/config.yaml`` with Hydra's compose API, type-checks
+``load(overrides)`` composes ``conf/config.yaml`` with Hydra's compose API, type-checks
 against the dataclass schema below (struct mode), range/choice-checks each field from its
 ``check``/``choices`` metadata, derives ``run.logdir`` and returns a read-only DictConfig.
 Every user error becomes a ``ConfigError`` whose message is one line naming the dotted key.
@@ -21,7 +21,11 @@ from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-CONF_DIR = Path(__file__).resolve().parent / "conf"  # package data: the wheel ships it
+from dreamer.errors import ConfigError
+
+# the YAML presets: conf/ at the top of a checkout, the package dreamer.conf in a wheel
+_HERE = Path(__file__).resolve().parent
+CONF_DIR = _HERE / "conf" if (_HERE / "conf").is_dir() else _HERE.parent / "conf"
 GROUPS = ("env", "model", "experiment")  # config groups: directories under conf/
 USAGE = (
     "usage: python -m dreamer.train [-h] [--cfg job] [-m] [group=option ...] "
@@ -173,9 +177,10 @@ class LearnerConfig:
     # auto: on CUDA (the long CPU presets set true: it pays after a few hundred updates)
     compile: str = _f("auto", choices=TRISTATE)
     cudagraph: str = _f("auto", choices=TRISTATE)  # CUDA-graph forward/backward; auto: on CUDA
-    # fused: world-model and imagination rollouts as tensor scans (dreamer/agent/fused.py);
+    # fused: world-model and imagination rollouts as tensor scans (dreamer/learning/fused.py);
     # torchrl: torchrl's DreamerV3Loss rollouts. Same losses, same parameters and checkpoints.
-    # auto: fused
+    # auto: fused on the CPU (proven equal there, tests/test_fused.py), torchrl's on CUDA
+    # until the GPU check (benchmarks/fused_equal.py) shows them equal in bf16 and graphs
     rollout: str = _f("auto", choices=("auto", "fused", "torchrl"))
     lr: float = _f(4e-5, "> 0")
     warmup: int = _f(1000, ">= 0")  # optimizer warm-up updates
@@ -183,7 +188,7 @@ class LearnerConfig:
     # imagine from the last K replayed steps of every sequence (batch x K starts); 0 = from
     # every step. The replay-value term learns on the same K steps (it needs their returns)
     imag_last: int = _f(0, ">= 0")
-    threads: int = _f(0, ">= 0")  # 0 = torch's default
+    threads: int = _f(0, ">= 0")  # torch threads; 0: half the usable cores (CPU), torch's (CUDA)
     grad_clip: float = _f(0.3, "> 0")  # adaptive gradient clipping
     return_horizon: float = _f(333.0, "> 1")
     lmbda: float = _f(0.95, "[0, 1]")
@@ -237,16 +242,6 @@ class Config:
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
-
-
-# --------------------------------------------------------------------------- errors
-
-
-class ConfigError(Exception):
-    """A user error in the configuration; ``str()`` is one line naming the dotted key."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(" ".join(str(message).split()))
 
 
 def installed(module: str) -> bool:
@@ -547,7 +542,7 @@ def resolved_logdir(cfg: DictConfig) -> Path:
 
 
 def load(overrides: list[str]) -> DictConfig:
-    """Compose dreamer/conf/config.yaml with Hydra-style ``overrides``, validate, derive, freeze.
+    """Compose conf/config.yaml with Hydra-style ``overrides``, validate, derive, freeze.
 
     The world size (``WORLD_SIZE`` from torchrun) takes part in validation. What the
     machine must offer (CUDA, an env's or tracker's package) is checked where it is
@@ -573,18 +568,29 @@ def load(overrides: list[str]) -> DictConfig:
     try:
         with initialize_config_dir(version_base=None, config_dir=str(CONF_DIR)):
             composed = compose(config_name="config", overrides=overrides)
-        # Copy onto a fresh schema instance: exactly the schema's sections, nothing else can leak.
-        sections = list(typing.get_type_hints(Config))
+    except (HydraException, OmegaConfBaseException) as e:
+        raise _composition_error(e) from None
+    finally:
+        GlobalHydra.instance().clear()
+    return finish(composed, dict_values)
+
+
+def finish(composed: DictConfig, dict_values: Mapping[str, Any] = {}) -> DictConfig:  # noqa: B006
+    """A config Hydra composed (by ``load``, or by ``-m``'s launcher for a sweep job) as
+    the run's config: exactly the schema's sections, ``dict_values`` set whole,
+    validated, derived (``run.logdir``) and frozen."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    sections = list(typing.get_type_hints(Config))
+    try:
         cfg = OmegaConf.merge(
             OmegaConf.structured(Config), OmegaConf.masked_copy(composed, sections)
         )
         for key, value in dict_values.items():
             OmegaConf.update(cfg, key, value, merge=False)
-    except (HydraException, OmegaConfBaseException) as e:
+    except OmegaConfBaseException as e:
         raise _composition_error(e) from None
-    finally:
-        GlobalHydra.instance().clear()
-    from dreamer.dist import World
+    from dreamer.runtime.dist import World
 
     _validate(cfg, World.from_environment().size)
     cfg.run.logdir = str(resolved_logdir(cfg))
@@ -623,11 +629,12 @@ RESUMABLE_KEYS = (
 )
 
 
-def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested mapping as one level of dotted keys: ``{"a": {"b": 1}}`` -> ``{"a.b": 1}``."""
     if isinstance(node, dict):
         items: dict[str, Any] = {}
         for key, value in node.items():
-            items.update(_flatten(value, f"{prefix}{key}."))
+            items.update(flatten(value, f"{prefix}{key}."))
         return items
     return {prefix[:-1]: node}
 
@@ -635,8 +642,8 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 def check_resume(saved: dict, cfg: DictConfig) -> None:
     """Refuse to resume a run directory under a config that differs outside
     ``RESUMABLE_KEYS``; the message names the first differing key."""
-    before = _flatten(saved)
-    after = _flatten(OmegaConf.to_container(cfg))
+    before = flatten(saved)
+    after = flatten(OmegaConf.to_container(cfg))
     for key in sorted(set(before) | set(after)):
         if key in RESUMABLE_KEYS or before.get(key) == after.get(key):
             continue
@@ -677,25 +684,48 @@ def usage() -> str:
     return "\n".join(lines)
 
 
-def from_argv(argv: list[str]) -> DictConfig:
-    """CLI front: overrides plus ``--cfg job`` / ``-h``; user errors exit 2 with one line."""
+def parse_args(
+    argv: list[str],
+    usage_text: str,
+    allowed: tuple[str, ...] | None = None,
+    positional: str | None = None,
+    cfg_flag: bool = False,
+) -> tuple[list[str], str | None]:
+    """The one command-line parser of train, evaluate and export: ``key=value``
+    overrides (of ``allowed`` keys only, when given; a bare word is ``positional=word``),
+    ``-h``/``--help`` (prints ``usage_text``, exits 0) and, with ``cfg_flag``, ``--cfg
+    job``. Returns (overrides, the --cfg value or None); a bad one is a ``ConfigError``."""
     overrides, show = [], None
+    flags = "--cfg job, -h/--help" if cfg_flag else "-h/--help"
     args = iter(argv)
+    for arg in args:
+        if arg in ("-h", "--help"):
+            print(usage_text)
+            sys.exit(0)
+        if cfg_flag and arg in ("--cfg", "-c"):
+            show = next(args, "")
+        elif cfg_flag and arg.startswith("--cfg="):
+            show = arg.split("=", 1)[1]
+        elif arg.startswith("-"):
+            raise ConfigError(f"{arg}: unknown flag; allowed: {flags}")
+        elif "=" not in arg and positional:
+            overrides.append(f"{positional}={arg}")
+        else:
+            overrides.append(arg)
+    if show not in (None, "job"):
+        raise ConfigError(f"--cfg: unknown option {show!r}; allowed: job")
+    for override in overrides if allowed is not None else []:
+        key = override.partition("=")[0]
+        if key not in allowed:
+            raise ConfigError(f"{key}: not a key of this command; allowed: {', '.join(allowed)}")
+    return overrides, show
+
+
+def from_argv(argv: list[str]) -> DictConfig:
+    """``python -m dreamer.train``'s command line: overrides plus ``--cfg job`` / ``-h``;
+    user errors exit 2 with one line."""
     try:
-        for arg in args:
-            if arg in ("-h", "--help"):
-                print(usage())
-                sys.exit(0)
-            if arg in ("--cfg", "-c"):
-                show = next(args, "")
-            elif arg.startswith("--cfg="):
-                show = arg.split("=", 1)[1]
-            elif arg.startswith("-"):
-                raise ConfigError(f"{arg}: unknown flag; allowed: --cfg job, -h/--help")
-            else:
-                overrides.append(arg)
-        if show not in (None, "job"):
-            raise ConfigError(f"--cfg: unknown option {show!r}; allowed: job")
+        overrides, show = parse_args(argv, usage(), cfg_flag=True)
         cfg = load(overrides)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -16,14 +16,15 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from dreamer import checkpoint
 from dreamer.agent.build import build_agent
-from dreamer.config import Config, ConfigError, check_value
+from dreamer.config import Config, check_value, parse_args
+from dreamer.data.replay import SequenceReplay
 from dreamer.envs import describe_env, env_config
-from dreamer.eval_worker import EvalResult, EvalRunner
-from dreamer.render import RenderPool, pool_size
-from dreamer.replay import SequenceReplay
-from dreamer.reports import submit_reports
+from dreamer.errors import ConfigError
+from dreamer.evaluation.render import RenderPool, pool_size
+from dreamer.evaluation.reports import submit_reports
+from dreamer.evaluation.runner import EvalResult, EvalRunner
+from dreamer.runtime import checkpoint
 
 USAGE = (
     "usage: python -m dreamer.evaluate run.logdir=<dir> [eval.episodes=N] "
@@ -71,16 +72,9 @@ def evaluate(logdir: Path, reports: bool = False, **eval_overrides) -> EvalResul
 
 
 def main(argv: list[str]) -> int:
-    if {"-h", "--help"} & set(argv):
-        print(USAGE)
-        return 0
     try:
-        values = dict(check_value(arg if "=" in arg else f"run.logdir={arg}") for arg in argv)
-        unknown = sorted(set(values) - set(OVERRIDABLE))
-        if unknown:
-            raise ConfigError(
-                f"{unknown[0]}: not an evaluation key; allowed: {', '.join(OVERRIDABLE)}"
-            )
+        overrides, _ = parse_args(argv, USAGE, allowed=OVERRIDABLE, positional="run.logdir")
+        values = dict(check_value(override) for override in overrides)
         if not values.get("run.logdir"):
             raise ConfigError("run.logdir: required; " + USAGE)
         logdir = Path(values.pop("run.logdir"))

@@ -22,10 +22,11 @@ from pathlib import Path
 
 import torch
 
-from dreamer import checkpoint
 from dreamer.agent.spaces import EnvSpaces, spaces_to_dict
-from dreamer.config import ConfigError
-from dreamer.policy import Policy
+from dreamer.config import parse_args
+from dreamer.errors import ConfigError
+from dreamer.runtime import checkpoint
+from dreamer.serving.policy import Policy
 
 USAGE = (
     "usage: python -m dreamer.export run.logdir=<dir> [export.path=FILE] [export.checkpoint=FILE]"
@@ -99,26 +100,12 @@ def export(policy: Policy, path: Path) -> Path:
     return path
 
 
-def parse(argv: list[str]) -> dict[str, str]:
-    values = {}
-    for arg in argv:
-        key, sep, value = arg.partition("=")
-        if not sep:
-            key, value = "run.logdir", arg
-        if key not in KEYS:
-            raise ConfigError(f"{key}: not an export key; allowed: {', '.join(KEYS)}")
-        values[key] = value
-    if not values.get("run.logdir"):
-        raise ConfigError("run.logdir: required; " + USAGE)
-    return values
-
-
 def main(argv: list[str]) -> int:
-    if {"-h", "--help"} & set(argv):
-        print(USAGE)
-        return 0
     try:
-        values = parse(argv)
+        overrides, _ = parse_args(argv, USAGE, allowed=KEYS, positional="run.logdir")
+        values = dict(override.split("=", 1) for override in overrides)
+        if not values.get("run.logdir"):
+            raise ConfigError("run.logdir: required; " + USAGE)
         logdir = Path(values["run.logdir"])
         found = checkpoint.find(logdir, values.get("export.checkpoint"))
         policy = Policy.load(found, device="cpu")

@@ -12,31 +12,41 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from dreamer import checkpoint
 from dreamer.agent.spaces import spaces_to_dict
-from dreamer.checkpoint import RunLock, RunLockedError, StopSignals
-from dreamer.collect import CollectorError, path_note
-from dreamer.config import ConfigError, from_argv
-from dreamer.dist import World, process_group
-from dreamer.eval_schedule import PeriodicEvaluation
-from dreamer.heap import frozen_heap
-from dreamer.learner import NonFiniteError
-from dreamer.logs import IntervalMeans, MetricsWriter, OutputError, Progress, Rates, setup_logging
-from dreamer.parts import build_parts
-from dreamer.rundir import prepare_run_dir
-from dreamer.schedules import Clock
-from dreamer.timing import CpuSpeedNote, LoopTimers
+from dreamer.config import from_argv
+from dreamer.data.collect import CollectorError, path_note
+from dreamer.errors import ConfigError
+from dreamer.evaluation.periodic import PeriodicEvaluation
+from dreamer.learning.learner import NonFiniteError, learner_threads
+from dreamer.outputs.logs import (
+    IntervalMeans,
+    MetricsWriter,
+    OutputError,
+    Progress,
+    Rates,
+    setup_logging,
+)
+from dreamer.runtime import checkpoint, signals
+from dreamer.runtime.dist import World, process_group
+from dreamer.runtime.heap import frozen_heap
+from dreamer.runtime.lock import RunLock, RunLockedError
+from dreamer.runtime.schedules import Clock
+from dreamer.runtime.signals import StopSignals
+from dreamer.runtime.timing import CpuSpeedNote, LoopTimers
+from dreamer.training.parts import build_parts
+from dreamer.training.rundir import prepare_run_dir
 
 log = logging.getLogger("dreamer")
 
 
-def main(argv: list[str] | None = None, build=build_parts) -> int:
+def main(argv: list[str] | None = None, build=build_parts, cfg=None) -> int:
     """Returns 0 when done, REQUEUE_EXIT after SIGTERM/SIGUSR1 (checkpointed);
     Ctrl-C checkpoints and raises KeyboardInterrupt; user errors exit 2.
 
     Under torchrun every rank runs this; rank 0 alone owns the run directory (lock,
     config, metrics, checkpoints) and the others start from its checkpoint."""
-    cfg = from_argv(sys.argv[1:] if argv is None else argv)
+    if cfg is None:  # a sweep's job passes the config its launcher composed
+        cfg = from_argv(sys.argv[1:] if argv is None else argv)
     world = World.from_environment()
     setup_logging(world.rank)
     created: list[Path] = []  # the run directory and the parents made for it
@@ -71,9 +81,8 @@ def _ranked(world: World, error: Exception) -> str:
 
 
 def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=build_parts) -> int:
-    """The loop. ``build`` makes the run's parts (``dreamer.parts.build_parts``)."""
-    if cfg.learner.threads:
-        torch.set_num_threads(cfg.learner.threads)
+    """The loop. ``build`` makes the run's parts (``dreamer.training.parts.build_parts``)."""
+    torch.set_num_threads(learner_threads(cfg.learner.threads, device))
     parts = build(cfg, logdir, world, device)
     parts.restore(cfg, resume, world)
     agent, learner, replay, steps, collector = (
@@ -105,7 +114,13 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
     losses, rates, timers = IntervalMeans(), Rates(start, learner.updates), LoopTimers()
     speed_note = CpuSpeedNote(cfg, enabled=world.main and device.type == "cpu")
     progress = Progress(cfg.run.steps, initial=start, enabled=cfg.run.progress and world.main)
-    log.info("training %s on %s, logging to %s", cfg.model.name, cfg.env.name, logdir)
+    log.info(
+        "training %s on %s (learner: %d torch threads), logging to %s",
+        cfg.model.name,
+        cfg.env.name,
+        torch.get_num_threads(),
+        logdir,
+    )
     alone = not world.distributed  # acts on its own stop signal at once; ranks at the lockstep
     finished = False  # reached run.steps: a pending evaluation is waited for
     failed_output = False  # a run output could not be written (a full disk)
@@ -175,23 +190,23 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
         signal = stop.received or "(on another rank)"
         message = f"stopped by signal {signal} at env step {steps.env_steps}"
         if world.main:
-            (logdir / checkpoint.STOPPED_FILE).write_text(message + "\n")
+            (logdir / signals.STOPPED_FILE).write_text(message + "\n")
         log.info("%s; rerun to resume", message)
-        return checkpoint.REQUEUE_EXIT
+        return signals.REQUEUE_EXIT
     log.info("done: %d env steps, %d updates", steps.env_steps, learner.updates)
     return 0
 
 
 def cli() -> int:
     if {"-m", "--multirun"} & set(sys.argv[1:]):  # a sweep: Hydra runs main() per job
-        from dreamer import sweep
+        from dreamer.training import sweep
 
         return sweep.main(sys.argv[1:], main)
     try:
         return main()
     except KeyboardInterrupt:
         log.info("interrupted: checkpoint written; rerun with the same run.logdir to resume")
-        return checkpoint.INTERRUPT_EXIT
+        return signals.INTERRUPT_EXIT
 
 
 if __name__ == "__main__":

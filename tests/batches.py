@@ -6,9 +6,10 @@ from tensordict import TensorDict
 from torch.nn import functional
 
 from dreamer.agent.build import latent_sizes
-from dreamer.agent.spaces import EnvSpaces, spaces_from_env
+from dreamer.agent.masked import Head
+from dreamer.agent.spaces import EnvSpaces, ObsKey, spaces_from_env
+from dreamer.data.replay import SequenceReplay, replay_keys
 from dreamer.envs import make_env
-from dreamer.replay import SequenceReplay, replay_keys
 
 
 def real_batch(cfg, batch: int, length: int, seed: int = 0):
@@ -63,3 +64,27 @@ def synthetic_batch(spaces: EnvSpaces, batch: int, length: int) -> TensorDict:
         },
         shape,
     )
+
+
+# spaces no registered env has: several observation keys, masked action heads
+MULTI_KEY = EnvSpaces(
+    (ObsKey("pov", (16, 16, 3), "image"), ObsKey("inventory", (7,), "vector")),
+    action_dim=6,
+    discrete=True,
+)
+MASKED = EnvSpaces(
+    (
+        ObsKey("pov", (16, 16, 3), "image"),
+        ObsKey("mask_craft", (4,), "vector"),
+        ObsKey("mask_equip", (6,), "vector"),
+        ObsKey("mask_place", (6,), "vector"),
+        ObsKey("mask_root", (5,), "vector"),
+    ),
+    action_dim=15,
+    discrete=True,
+    action_heads=(
+        Head(5, mask="mask_root"),
+        Head(4, gated_by=((2, "mask_craft"),)),
+        Head(6, gated_by=((3, "mask_equip"), (4, "mask_place"))),
+    ),
+)

@@ -12,9 +12,8 @@ import torch
 
 from dreamer.agent.build import build_agent
 from dreamer.config import load
-from dreamer.learner import Learner
-from tests.batches import synthetic_batch
-from tests.test_fused import MULTI_KEY
+from dreamer.learning.learner import Learner
+from tests.batches import MULTI_KEY, synthetic_batch
 
 BASE = ["experiment=smoke"]
 

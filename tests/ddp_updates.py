@@ -22,8 +22,8 @@ import torch
 
 from dreamer.agent.build import build_agent
 from dreamer.config import load
-from dreamer.dist import World, process_group
-from dreamer.learner import Learner
+from dreamer.learning.learner import Learner
+from dreamer.runtime.dist import World, process_group
 from tests.batches import real_batch
 
 

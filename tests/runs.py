@@ -20,6 +20,16 @@ ROOT = Path(__file__).resolve().parent.parent
 # A run that lasts until the test has done what it came to do, then stops it
 # (``Trainer.stop``): no machine is fast enough to finish it first.
 UNTIL_STOPPED = "run.steps=1000000000"
+# The one preset of the tests that run the trainer for its machinery, not its learning:
+# the smoke run on the cue task (no simulator), metrics rows every 100 env steps from
+# step 200, few updates (train ratio 4). Tests add what they are about.
+QUICK = (
+    "experiment=smoke",
+    "env=cue",
+    "run.train_starts=200",
+    "run.log_every=100",
+    "run.train_ratio=4",
+)
 
 
 def trainer_command(logdir: Path, *overrides: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""Tests for the configuration layer (dreamer/config.py + dreamer/conf/)."""
+"""Tests for the configuration layer (dreamer/config.py + conf/)."""
 
 import re
 import subprocess
@@ -9,8 +9,9 @@ import torch
 import yaml
 from omegaconf import OmegaConf
 
-from dreamer.config import CONF_DIR, ConfigError, load, resolved_logdir
-from dreamer.dist import World
+from dreamer.config import CONF_DIR, load, resolved_logdir
+from dreamer.errors import ConfigError
+from dreamer.runtime.dist import World
 from tests.runs import forked_runs
 
 SECTIONS = {"env", "model", "run", "replay", "collector", "learner", "eval", "logger"}
@@ -336,8 +337,8 @@ def test_help(cli_runs):
     [
         ("eval.episodes=0", "eval.episodes: must be >= 1, got 0"),
         ("eval.episodes=two", "eval.episodes: expected an integer, got 'two'"),
-        ("eval.nope=1", "eval.nope: unknown key; allowed keys under eval: checkpoint,"),
-        ("run.steps=5", "run.steps: not an evaluation key; allowed: run.logdir, eval.episodes"),
+        ("eval.nope=1", "eval.nope: not a key of this command; allowed: run.logdir, eval."),
+        ("run.steps=5", "run.steps: not a key of this command; allowed: run.logdir, eval.episodes"),
         ("eval.episodes=2", "run.logdir: required"),
     ],
 )
@@ -350,7 +351,7 @@ def test_evaluate_rejects_bad_arguments_with_one_line(argument, message, capsys)
 
 
 def test_the_cpu_speed_note_points_to_make_smoke_only_for_a_long_run():
-    from dreamer.timing import CpuSpeedNote
+    from dreamer.runtime.timing import CpuSpeedNote
 
     smoke, long = load(["experiment=smoke"]), load(["experiment=dmc_proprio"])
     assert "make smoke" not in CpuSpeedNote(smoke, True).note(0.05)

@@ -14,9 +14,10 @@ import time
 import numpy as np
 import pytest
 
-from dreamer import checkpoint
-from dreamer.render import RenderPool, draw
+from dreamer.evaluation.render import RenderPool, draw
+from dreamer.runtime import checkpoint, signals
 from tests.runs import (
+    QUICK,
     UNTIL_STOPPED,
     Trainer,
     alive,
@@ -28,11 +29,7 @@ from tests.runs import (
 
 EVERY = 300
 RUN = [
-    "experiment=smoke",
-    "env=cue",
-    "run.train_starts=200",
-    "run.log_every=100",
-    "run.train_ratio=4",
+    *QUICK,
     "run.save_every=1",
     "collector.sync_every=1",  # a push after every update: some land in the stop
     "collector.push_timeout=2",
@@ -100,7 +97,7 @@ def test_children_die_and_starve_and_the_run_goes_on(tmp_path):
     replaced = descendants(run.pid)
     assert {pid: ignores_usr1(pid) for pid in replaced} == dict.fromkeys(replaced, True)
     os.killpg(run.pid, signal.SIGUSR1)
-    assert run.wait(300) == checkpoint.REQUEUE_EXIT, run.tail()
+    assert run.wait(300) == signals.REQUEUE_EXIT, run.tail()
     text = run.text()
     assert "stopped by signal 10" in text
     assert text.count("replacing the collector") == 1, text[-4000:]  # none died of USR1

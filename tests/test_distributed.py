@@ -12,8 +12,8 @@ import torch
 import yaml
 from omegaconf import OmegaConf
 
-from dreamer import checkpoint
 from dreamer.config import load
+from dreamer.runtime import checkpoint
 from tests.runs import read_metrics
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,10 +8,11 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from dreamer import checkpoint
-from dreamer.config import ConfigError, load
+from dreamer.config import load
 from dreamer.envs import make_env
 from dreamer.envs.dmc import DMCEnv, choose_gl_backend
+from dreamer.errors import ConfigError
+from dreamer.runtime import checkpoint
 from tests.runs import ROOT, forked_runs, read_metrics, run_trainer
 
 pytest.importorskip("dm_control")

@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from dreamer import checkpoint
+from dreamer.runtime import signals
 from tests.runs import UNTIL_STOPPED, Trainer, all_gone, read_metrics
 
 pytestmark = pytest.mark.slow
@@ -31,7 +31,7 @@ def test_failing_envs_and_a_killed_worker_do_not_end_the_run(tmp_path):
     os.kill(victim, signal.SIGKILL)
     trainer.wait_for("replacing the collector")
     trainer.wait_rows(past=1000)  # the run went on, through more injected env failures
-    assert trainer.stop() == checkpoint.REQUEUE_EXIT, trainer.tail()
+    assert trainer.stop() == signals.REQUEUE_EXIT, trainer.tail()
     log = trainer.text()
     assert log.count("replacing the collector") == 1, log[-4000:]
     env_failures = len(re.findall(r"injected failure", log))

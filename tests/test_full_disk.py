@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from dreamer import checkpoint
+from dreamer.runtime import checkpoint
 from tests.runs import (
+    QUICK,
     UNTIL_STOPPED,
     Trainer,
     can_mount_tmpfs,
@@ -23,8 +24,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not can_mount_tmpfs(), reason="mounting a tmpfs needs root"),
 ]
-FAST = ["experiment=smoke", "env=cue", "run.train_starts=200", "run.log_every=100"]
-FAST.append("run.train_ratio=4")  # few updates: these tests are about the files
+FAST = list(QUICK)
 
 
 def error_line(text: str) -> str:

@@ -5,38 +5,11 @@ import pytest
 import torch
 
 from dreamer.agent.build import build_agent
-from dreamer.agent.fused import FusedDreamerV3Loss
-from dreamer.agent.masked import Head
-from dreamer.agent.spaces import EnvSpaces, ObsKey
 from dreamer.config import load
-from dreamer.learner import Learner
-from tests.batches import real_batch, synthetic_batch
-from tests.ddp_updates import same_draws
-
-RTOL = 1e-5
-
-
-MULTI_KEY = EnvSpaces(
-    (ObsKey("pov", (16, 16, 3), "image"), ObsKey("inventory", (7,), "vector")),
-    action_dim=6,
-    discrete=True,
-)
-MASKED = EnvSpaces(
-    (
-        ObsKey("pov", (16, 16, 3), "image"),
-        ObsKey("mask_craft", (4,), "vector"),
-        ObsKey("mask_equip", (6,), "vector"),
-        ObsKey("mask_place", (6,), "vector"),
-        ObsKey("mask_root", (5,), "vector"),
-    ),
-    action_dim=15,
-    discrete=True,
-    action_heads=(
-        Head(5, mask="mask_root"),
-        Head(4, gated_by=((2, "mask_craft"),)),
-        Head(6, gated_by=((3, "mask_equip"), (4, "mask_place"))),
-    ),
-)
+from dreamer.learning.fused import FusedDreamerV3Loss
+from dreamer.learning.learner import Learner
+from tests.batches import MASKED, MULTI_KEY, real_batch, synthetic_batch
+from tests.compare import RTOL, losses_and_gradients
 
 AGENTS = {
     "vector_discrete": (["env=cartpole"], None),
@@ -45,32 +18,6 @@ AGENTS = {
     "multi_key": ([], MULTI_KEY),
     "masked_multi_head": ([], MASKED),
 }
-
-
-def losses_and_gradients(loss_module, stepper_loss, sample, fixed: bool):
-    """One forward/backward through torchrl's stepper; the loss's buffers (return
-    statistics) are put back afterwards so both paths start from the same state."""
-    from torchrl.trainers.algorithms import DreamerV3OptimizationStepper
-
-    optimizer = torch.optim.SGD(loss_module.parameters(), lr=0.0)
-    stepper = DreamerV3OptimizationStepper(
-        stepper_loss, optimizer, None, compile_train_step=False, cudagraph=False
-    )
-    saved = [b.clone() for b in loss_module.buffers()]
-    for p in loss_module.parameters():
-        p.grad = None
-    torch.manual_seed(3)
-    if fixed:
-        with same_draws():
-            out = stepper._forward_backward(stepper._prepare_sample(sample.clone()))
-    else:
-        out = stepper._forward_backward(stepper._prepare_sample(sample.clone()))
-    grads = {n: p.grad.clone() for n, p in loss_module.named_parameters() if p.grad is not None}
-    buffers = [b.clone() for b in loss_module.buffers()]
-    with torch.no_grad():
-        for b, s in zip(loss_module.buffers(), saved):
-            b.copy_(s)
-    return out, grads, buffers
 
 
 @pytest.mark.parametrize("kind", list(AGENTS))

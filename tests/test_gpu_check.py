@@ -49,7 +49,8 @@ def test_dry_run_passes_and_fits_the_limits(wheels, tmp_path):
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "pip resolves the project offline for cp312" in done.stdout
     report = json.loads((out / "gpu.json").read_text())
-    steps = {"roof", "learner-tiny-2x8", "trainer", "atari", "collect", "filelock", "gc_freeze"}
+    steps = {"roof", "learner-tiny-2x8", "fused_equal", "trainer", "atari", "collect"}
+    steps |= {"filelock", "gc_freeze"}
     assert {name: row["status"] for name, row in report["steps"].items()} == dict.fromkeys(
         steps, "ok"
     )
@@ -60,6 +61,7 @@ def test_dry_run_passes_and_fits_the_limits(wheels, tmp_path):
     assert report["trainer"]["updates"] >= 10 and report["trainer"]["loss_finite"]
     assert report["atari"]["env_steps"] == 96 and report["atari"]["loss_finite"]
     assert report["collect"]["crafter"]["chunk64"] > 0
+    assert report["fused_equal"]["equal"] and set(report["fused_equal"]["modes"]) == {"fp32"}
     assert sorted(p.name for p in out.iterdir()) == ["gpu.json", "log.txt", "summary.md"]
 
 
@@ -100,7 +102,7 @@ def test_videos_fall_back_to_gif_without_imageio_ffmpeg(tmp_path, monkeypatch):
     import imageio.v2 as imageio
     import numpy as np
 
-    from dreamer.render import video
+    from dreamer.evaluation.render import video
 
     monkeypatch.setitem(sys.modules, "imageio_ffmpeg", None)  # import raises ImportError
     colours = np.array([[255, 0, 0], [0, 255, 0], [0, 0, 255], [255, 255, 255]], np.uint8)

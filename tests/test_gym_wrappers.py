@@ -10,8 +10,8 @@ import pytest
 import torch
 from PIL import Image
 
-from dreamer.config import ConfigError
 from dreamer.envs import describe_env, make_env
+from dreamer.errors import ConfigError
 
 
 class Painter(gymnasium.Env):

@@ -8,15 +8,14 @@ import time
 
 import pytest
 
-from dreamer import checkpoint
-from tests.runs import UNTIL_STOPPED, Trainer, all_gone, read_metrics
-from tests.test_resume import FAST
+from dreamer.runtime import checkpoint
+from tests.runs import QUICK, UNTIL_STOPPED, Trainer, all_gone, read_metrics
 
 pytestmark = pytest.mark.slow
 
 KILLS = 3
 IN_A_WRITE = 1  # the kill that lands inside a checkpoint write
-RUN = [*FAST, "run.save_every=1", "replay.storage=disk"]
+RUN = [*QUICK, "run.save_every=1", "replay.storage=disk"]
 
 
 def kill_inside_a_checkpoint_write(trainer: Trainer, deadline: float) -> tuple[set, list]:

@@ -1,3 +1,7 @@
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -5,16 +9,23 @@ from omegaconf import OmegaConf
 from dreamer.agent.build import build_agent
 from dreamer.config import load
 from dreamer.envs import make_env
-from dreamer.learner import Learner, NonFiniteError, learner_modes
+from dreamer.learning.learner import Learner, NonFiniteError, learner_modes
 from tests.batches import real_batch
 
 WORLD_MODEL_TERMS = ("loss_model_reco", "loss_model_reward", "loss_model_continue")
 
 
 @pytest.fixture(scope="module")
-def setup():
+def data():
+    """One real cartpole batch, shared: every test clones it before an update."""
     cfg = load(["experiment=smoke", "env=cartpole"])
-    spaces, batch = real_batch(cfg, cfg.replay.batch, cfg.replay.length)
+    return cfg, *real_batch(cfg, cfg.replay.batch, cfg.replay.length)
+
+
+@pytest.fixture
+def setup(data):
+    """A fresh learner (seed 0) per test, and the batch."""
+    cfg, spaces, batch = data
     torch.manual_seed(0)
     learner = Learner(build_agent(cfg.model, cfg.learner, spaces), cfg.learner, torch.device("cpu"))
     return learner, batch
@@ -115,6 +126,25 @@ def test_nan_update_is_skipped_counted_and_leaves_the_learner_untouched():
     assert learner.optimizer.skipped == 1 and learner.optimizer.consecutive_skips == 0
 
 
+@pytest.mark.parametrize("rollout", ["fused", "torchrl"])
+def test_nan_arising_inside_the_update_is_skipped_not_raised(rollout):
+    """A finite batch through a world model holding an Inf weight: NaN appears inside
+    the update (posterior states, then the actor's logits), which torch's samplers
+    would raise on; the update is skipped by the finite check on its gradients."""
+    cfg = load(["experiment=smoke", "env=cartpole", f"learner.rollout={rollout}"])
+    spaces, batch = real_batch(cfg, cfg.replay.batch, cfg.replay.length)
+    agent = build_agent(cfg.model, cfg.learner, spaces)
+    learner = Learner(agent, cfg.learner, torch.device("cpu"))
+    weight = next(p for p in agent.world_model.parameters() if p.dim() > 1)  # the encoder's
+    with torch.no_grad():
+        weight[0, 0] = float("inf")
+    actor = [p.detach().clone() for p in agent.actor.parameters()]
+    metrics = learner.update(batch.clone())
+    assert not torch.isfinite(metrics["loss_model_dynamic"])  # computed, not raised
+    assert learner.optimizer.skipped == 1
+    assert all(torch.equal(p, q) for p, q in zip(agent.actor.parameters(), actor))
+
+
 def test_persistent_nan_stops_after_max_skips():
     cfg = load(["experiment=smoke", "env=cartpole", "learner.max_skips=2"])
     spaces, batch = real_batch(cfg, cfg.replay.batch, cfg.replay.length)
@@ -128,16 +158,43 @@ def test_persistent_nan_stops_after_max_skips():
 @pytest.mark.parametrize(
     ("overrides", "device", "expected"),
     [
-        ([], "cpu", {"compile": False, "cudagraph": False, "bf16": False}),
-        ([], "cuda", {"compile": True, "cudagraph": True, "bf16": True}),
-        (["learner.compile=true"], "cpu", {"compile": True, "cudagraph": False, "bf16": False}),
+        ([], "cpu", {"compile": False, "cudagraph": False, "bf16": False, "fused": True}),
+        ([], "cuda", {"compile": True, "cudagraph": True, "bf16": True, "fused": False}),
         (
-            ["learner.compile=false", "learner.precision=fp32"],
+            ["learner.compile=true", "learner.rollout=torchrl"],
+            "cpu",
+            {"compile": True, "cudagraph": False, "bf16": False, "fused": False},
+        ),
+        (
+            ["learner.compile=false", "learner.precision=fp32", "learner.rollout=fused"],
             "cuda",
-            {"compile": False, "cudagraph": True, "bf16": False},
+            {"compile": False, "cudagraph": True, "bf16": False, "fused": True},
         ),
     ],
 )
 def test_learner_modes_resolve_auto_per_device(overrides, device, expected):
     cfg = load(["learner.device=cpu", *overrides])  # validated as a CPU run
     assert learner_modes(cfg.learner, torch.device(device)) == expected
+
+
+@pytest.mark.parametrize("cores", [1, 2, 4])
+def test_the_learner_takes_half_the_cores_of_its_affinity_mask(cores):
+    """``learner.threads=0`` on the CPU: half the cores the process may use (one on 2
+    cores, where the env workers and the inference process take the rest); a set
+    value is kept."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < cores:
+        pytest.skip(f"{len(allowed)} usable cores")
+    probe = (
+        "import torch; from dreamer.learning.learner import learner_threads; "
+        "print(learner_threads(0, torch.device('cpu')), learner_threads(3, torch.device('cpu')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: os.sched_setaffinity(0, allowed[:cores]),
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(max(1, cores // 2)), "3"]

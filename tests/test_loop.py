@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from dreamer import checkpoint
 from dreamer.config import load
-from dreamer.dist import World
-from dreamer.parts import build_parts
-from tests.runs import read_metrics, run_trainer
+from dreamer.runtime import checkpoint
+from dreamer.runtime.dist import World
+from dreamer.training.parts import build_parts
+from tests.runs import QUICK, read_metrics, run_trainer
 
 CARTPOLE = ["experiment=smoke", "env=cartpole", "eval.every=0"]
 
@@ -57,8 +57,8 @@ KNOWN_LOSSES = textwrap.dedent(
     import functools, sys
     import torch
     from dreamer import train
-    from dreamer.learner import Learner
-    from dreamer.parts import build_parts
+    from dreamer.learning.learner import Learner
+    from dreamer.training.parts import build_parts
 
     class KnownLosses(Learner):
         '''A real learner whose reported loss is the number of its update.'''
@@ -107,8 +107,7 @@ def test_a_checkpoint_written_as_an_evaluation_starts_holds_it_in_flight(tmp_pat
     (a resumed run plays it again): written before the trigger, a kill before the next
     checkpoint lost it for good, since the resumed run's schedule is past its step."""
     logdir = tmp_path / "run"
-    overrides = ["experiment=smoke", "env=cue", "run.steps=640", "run.train_starts=200"]
-    overrides += ["run.train_ratio=4", "eval.every=200", "eval.episodes=1", "eval.max_steps=50"]
+    overrides = [*QUICK, "run.steps=640", "eval.every=200", "eval.episodes=1", "eval.max_steps=50"]
     # a checkpoint at every loop step, all kept
     overrides += ["run.save_every=0.001", "run.keep=1000", "run.progress=false"]
     result = run_trainer(logdir, *overrides)

@@ -7,8 +7,8 @@ import torch
 from torchrl.trainers.algorithms import DreamerV3OptimizationStepper
 
 from dreamer.agent.build import build_agent
-from dreamer.agent.fused import FusedDreamerV3Loss
 from dreamer.config import LossScales, load
+from dreamer.learning.fused import FusedDreamerV3Loss
 from tests.batches import real_batch
 from tests.ddp_updates import same_draws
 

@@ -11,8 +11,6 @@ import numpy as np
 import pytest
 from filelock import FileLock
 
-from dreamer import checkpoint
-from dreamer.config import ConfigError
 from dreamer.envs.minedojo import (
     DESTROY,
     FUNCTIONAL,
@@ -20,6 +18,8 @@ from dreamer.envs.minedojo import (
     MineDojoLaunchError,
 )
 from dreamer.envs.restarts import Restarting
+from dreamer.errors import ConfigError
+from dreamer.runtime import signals
 from tests.runs import UNTIL_STOPPED, Trainer, read_metrics, wait_until
 
 STANDINS = Path(__file__).resolve().parent / "standins"
@@ -225,7 +225,7 @@ def test_train_end_to_end_with_a_crash(tmp_path):
         timeout=600,
         running=trainer,
     )
-    assert trainer.stop() == checkpoint.REQUEUE_EXIT, trainer.tail()
+    assert trainer.stop() == signals.REQUEUE_EXIT, trainer.tail()
     log = trainer.text()
     rows = read_metrics(logdir)
     assert rows[-1]["env/restarts"] == 1

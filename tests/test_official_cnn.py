@@ -11,15 +11,15 @@ from torchrl.modules import DreamerV3ImageDecoder, DreamerV3ImageEncoder
 
 from dreamer.agent.build import build_acting, build_agent, latent_sizes
 from dreamer.agent.cnn import PoolingImageEncoder, UpsamplingImageDecoder
-from dreamer.agent.fused import FusedDreamerV3Loss
 from dreamer.agent.networks import CNN_MULTS, MultiDecoder, MultiEncoder
 from dreamer.agent.spaces import EnvSpaces, ObsKey
 from dreamer.config import load
 from dreamer.envs import make_env
-from dreamer.learner import Learner
-from dreamer.policy import acting_weights
+from dreamer.learning.fused import FusedDreamerV3Loss
+from dreamer.learning.learner import Learner
+from dreamer.serving.policy import acting_weights
 from tests.batches import real_batch
-from tests.test_fused import RTOL, losses_and_gradients
+from tests.compare import RTOL, losses_and_gradients
 
 KERNEL = 5
 STATE, BELIEF, UNITS = 2 * 8, 64, 32  # a small latent: stoch x classes, deter, MLP width

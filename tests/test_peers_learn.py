@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from dreamer import checkpoint
 from dreamer.config import load
+from dreamer.runtime import checkpoint
 from tests.runs import ROOT, read_metrics, run_trainer
 
 spec = importlib.util.spec_from_file_location("learn", ROOT / "benchmarks" / "peers" / "learn.py")

@@ -15,12 +15,13 @@ import torch
 from omegaconf import OmegaConf
 from tensordict.nn import InteractionType, set_interaction_type
 
-from dreamer import Policy, checkpoint, config
+from dreamer import Policy, config
 from dreamer.agent.acting import env_action
 from dreamer.agent.build import build_agent, latent_sizes
 from dreamer.agent.spaces import spaces_to_dict
 from dreamer.envs import describe_env, env_config, make_env
 from dreamer.export import main as export_main
+from dreamer.runtime import checkpoint
 from tests.runs import run_trainer
 
 STANDINS = Path(__file__).resolve().parent / "standins"
@@ -279,7 +280,10 @@ def test_bad_checkpoint_paths_are_one_line_errors(tmp_path):
     for args, named in (
         ([f"run.logdir={tmp_path / 'missing'}"], "no such checkpoint"),
         ([f"run.logdir={tmp_path}", f"export.checkpoint={junk}"], "not a readable checkpoint"),
-        ([f"run.logdir={tmp_path}", "export.format=onnx"], "export.format: not an export key"),
+        (
+            [f"run.logdir={tmp_path}", "export.format=onnx"],
+            "export.format: not a key of this command",
+        ),
     ):
         result = subprocess.run(
             [sys.executable, "-m", "dreamer.export", *args], capture_output=True, text=True

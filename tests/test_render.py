@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from dreamer.render import WORKERS_ENV, RenderPool, pool_size
+from dreamer.evaluation.render import WORKERS_ENV, RenderPool, pool_size
 
 
 def jobs(seed: int = 0):
@@ -72,7 +72,8 @@ def test_default_pool_size_counts_the_cores_allowed_not_the_machine_s():
     """A 2-CPU SLURM allocation on a 64-core node: the process's affinity allows fewer
     cores than the machine has, and eval.render_workers' default follows the allowed."""
     probe = (
-        "import os; from dreamer.render import pool_size; from dreamer.cores import usable_cores;"
+        "import os; from dreamer.evaluation.render import pool_size; "
+        "from dreamer.runtime.cores import usable_cores; "
         "print(pool_size(None), usable_cores(), os.cpu_count())"
     )
     one_core = min(os.sched_getaffinity(0))

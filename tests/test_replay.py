@@ -2,7 +2,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from dreamer.replay import SequenceReplay
+from dreamer.data.replay import SequenceReplay
 
 KEYS = ["step", "is_init", ("next", "obs")]
 

@@ -8,12 +8,12 @@ import torch
 from omegaconf import OmegaConf
 
 from dreamer.agent.build import build_agent, latent_sizes
-from dreamer.agent.fused import FusedDreamerV3Loss
 from dreamer.agent.spaces import spaces_from_env
 from dreamer.config import load
+from dreamer.data.replay import ENV_INDEX, SequenceReplay
 from dreamer.envs import make_env
-from dreamer.learner import Learner
-from dreamer.replay import ENV_INDEX, SequenceReplay
+from dreamer.learning.fused import FusedDreamerV3Loss
+from dreamer.learning.learner import Learner
 from tests.batches import real_batch
 from tests.ddp_updates import same_draws
 

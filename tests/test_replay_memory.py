@@ -8,7 +8,7 @@ import pytest
 SCRIPT = """
 import re, sys, torch
 from tensordict import TensorDict
-from dreamer.replay import SequenceReplay
+from dreamer.data.replay import SequenceReplay
 
 def rss_mb():
     status = open("/proc/self/status").read()

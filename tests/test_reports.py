@@ -5,7 +5,7 @@ import torch
 
 from dreamer.agent.build import build_agent
 from dreamer.config import load
-from dreamer.reports import open_loop
+from dreamer.evaluation.reports import open_loop
 from tests.batches import real_batch
 
 
@@ -31,7 +31,7 @@ def test_open_loop_ignores_observations_after_the_context():
 
 
 def test_crafter_score_is_the_geometric_mean_of_one_plus_rates():
-    from dreamer.reports import crafter_score
+    from dreamer.evaluation.reports import crafter_score
 
     assert crafter_score([0.0] * 22) == 0.0
     assert abs(crafter_score([100.0] * 22) - 100.0) < 1e-9

@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from dreamer import checkpoint
-from dreamer.checkpoint import RunLock, RunLockedError
-from dreamer.logs import MetricsWriter
-from dreamer.policy import Policy
+from dreamer.outputs.logs import MetricsWriter
+from dreamer.runtime import checkpoint, signals
+from dreamer.runtime.lock import RunLock, RunLockedError
+from dreamer.serving.policy import Policy
 from tests.runs import (
+    QUICK,
     Trainer,
     all_gone,
     descendants,
@@ -25,9 +26,8 @@ from tests.runs import (
     run_trainer,
 )
 
-FAST = ["experiment=smoke", "env=cue", "run.train_starts=200", "run.log_every=100"]
-RATIO = 4  # few updates: these tests are about surviving, not learning
-FAST.append(f"run.train_ratio={RATIO}")
+FAST = QUICK
+RATIO = int(dict(override.split("=") for override in QUICK)["run.train_ratio"])
 
 
 def train(logdir: Path, *overrides: str, timeout: float = 300, preexec_fn=None):
@@ -70,7 +70,7 @@ def test_lock_of_a_killed_process_does_not_block_the_next_run(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from dreamer.checkpoint import RunLock\n"
+            "import sys, time; from pathlib import Path; from dreamer.runtime.lock import RunLock\n"
             "with RunLock(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(600)",
             str(logdir),
         ],
@@ -95,7 +95,7 @@ def test_sigusr1_checkpoints_exits_with_requeue_code_and_leaves_no_children(tmp_
     children = descendants(trainer.pid)
     assert len(children) >= 3, "expected env workers and an inference process"
     trainer.process.send_signal(signal.SIGUSR1)
-    assert trainer.wait(120) == checkpoint.REQUEUE_EXIT, trainer.tail(3000)
+    assert trainer.wait(120) == signals.REQUEUE_EXIT, trainer.tail(3000)
     stopped_at = checkpoint.load(checkpoint.latest(logdir))["steps"]["env_steps"]
     assert stopped_at >= read_metrics(logdir)[-1]["env_steps"] > 0
     assert all_gone(children, timeout=5) == [], "orphaned child processes"

@@ -15,16 +15,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dreamer import checkpoint
-from tests.runs import UNTIL_STOPPED, ignores_usr1, read_metrics
+from dreamer.runtime import checkpoint, signals
+from tests.runs import QUICK, UNTIL_STOPPED, ignores_usr1, read_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER = ROOT / "tests" / "slurm_cluster.sh"
 pytestmark = pytest.mark.slurm
 
 # the cue task: what these tests check is the job, not the env
-SMOKE = ["experiment=smoke", "env=cue", "run.train_starts=200", "run.log_every=100"]
-SMOKE += ["eval.every=0", "run.progress=false", "run.train_ratio=4"]  # few updates
+SMOKE = [*QUICK, "eval.every=0", "run.progress=false"]
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +154,7 @@ def test_preemptions_before_and_right_after_a_worker_replacement_checkpoint_and_
     gaps = [after - before for before, after in zip([0, *steps], steps)]
     assert max(gaps) < 2 * 100, gaps  # a row every log interval (100)
     assert checkpoint.load(checkpoint.latest(logdir))["steps"]["env_steps"] == steps[-1]
-    assert not (logdir / checkpoint.STOPPED_FILE).exists()
+    assert not (logdir / signals.STOPPED_FILE).exists()
 
 
 def test_sweep_submits_one_slurm_job_per_combination(slurm, tmp_path):

@@ -17,21 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from dreamer import checkpoint
-from tests.runs import UNTIL_STOPPED, Trainer, read_metrics, run_trainer, wait_until
+from dreamer.runtime import signals
+from tests.runs import QUICK, UNTIL_STOPPED, Trainer, read_metrics, run_trainer, wait_until
 
 mlflow = pytest.importorskip("mlflow")
 
-FAST = [
-    "experiment=smoke",
-    "env=cue",
-    "run.train_starts=200",
-    "run.log_every=100",
-    "eval.every=200",
-    "eval.episodes=1",
-    "eval.render_workers=0",
-    "run.train_ratio=4",  # few updates: the trackers are under test
-]
+FAST = [*QUICK, "eval.every=200", "eval.episodes=1", "eval.render_workers=0"]
 
 
 def free_port() -> int:
@@ -180,7 +171,7 @@ def test_a_tracker_server_killed_mid_run_warns_once_and_training_finishes(tmp_pa
     # training goes on past the warning, with more rows to send that cannot be sent
     past = read_metrics(logdir, live=True)[-1]["env_steps"]
     trainer.wait_rows(2, past=past)
-    assert trainer.stop() == checkpoint.REQUEUE_EXIT, trainer.tail(3000)
+    assert trainer.stop() == signals.REQUEUE_EXIT, trainer.tail(3000)
     assert trainer.text().count("mlflow is unreachable") == 1, trainer.tail(3000)
     steps = [row["env_steps"] for row in read_metrics(logdir)]
     assert steps == sorted(set(steps)) and len(steps) >= 3, steps
@@ -216,7 +207,7 @@ def wandb_history(path: Path) -> list[dict]:
 
 def test_wandb_offline_files_hold_the_metrics_and_a_resume_appends(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
-    from dreamer.trackers import TrackerThread, WandbTracker
+    from dreamer.outputs.trackers import TrackerThread, WandbTracker
 
     for key in ("WANDB_API_KEY", "WANDB_MODE"):
         monkeypatch.delenv(key, raising=False)

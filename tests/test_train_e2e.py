@@ -15,10 +15,10 @@ import pytest
 import yaml
 from PIL import Image
 
-from dreamer import checkpoint
 from dreamer.envs.crafter import ACHIEVEMENTS
+from dreamer.runtime import checkpoint
 from dreamer.train import main
-from tests.runs import UNTIL_STOPPED, read_metrics, run_trainer
+from tests.runs import QUICK, UNTIL_STOPPED, read_metrics, run_trainer
 
 LOSS_TERMS = ("loss_model_reco", "loss_model_reward", "loss_actor", "loss_value")
 
@@ -77,12 +77,8 @@ def test_heap_is_frozen_inside_the_loop_and_unfrozen_after_a_normal_exit(tmp_pat
     logdir = tmp_path / "run"
     main(
         [
-            "experiment=smoke",
-            "env=cue",
+            *QUICK,
             "run.steps=400",
-            "run.train_starts=200",
-            "run.log_every=100",
-            "run.train_ratio=4",  # few updates: the heap is under test
             f"run.logdir={logdir}",
             "run.progress=false",
         ]
@@ -104,12 +100,8 @@ def test_run_gc_freeze_false_leaves_the_heap_unfrozen_and_still_counts(tmp_path)
     logdir = tmp_path / "run"
     main(
         [
-            "experiment=smoke",
-            "env=cue",
+            *QUICK,
             "run.steps=300",
-            "run.train_starts=200",
-            "run.log_every=100",
-            "run.train_ratio=4",
             "run.gc_freeze=false",
             f"run.logdir={logdir}",
             "run.progress=false",

@@ -17,7 +17,16 @@ from omegaconf import OmegaConf
 from dreamer.config import load
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = ("pyproject.toml", "README.md", "Makefile", "dreamer", "tests", "benchmarks", "slurm")
+SOURCES = (
+    "pyproject.toml",
+    "README.md",
+    "Makefile",
+    "dreamer",
+    "conf",
+    "tests",
+    "benchmarks",
+    "slurm",
+)
 TIMEOUT = 300
 
 
@@ -72,7 +81,7 @@ def venv(wheel, tmp_path_factory) -> Path:
 def test_the_wheel_ships_the_configs_and_only_the_package(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     shipped = {n.removeprefix("dreamer/") for n in names if n.endswith(".yaml")}
-    presets = {str(p.relative_to(ROOT / "dreamer")) for p in (ROOT / "dreamer").rglob("*.yaml")}
+    presets = {str(p.relative_to(ROOT)) for p in (ROOT / "conf").rglob("*.yaml")}
     assert "conf/config.yaml" in presets and shipped == presets
     dist_info = "-".join(wheel.name.split("-")[:2]) + ".dist-info"
     assert {n.split("/")[0] for n in names} == {"dreamer", dist_info}  # no tests/, benchmarks/

@@ -42,7 +42,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from dreamer.config import ConfigError, load  # noqa: E402
+from dreamer.config import load  # noqa: E402
+from dreamer.errors import ConfigError  # noqa: E402
 from tests.runs import jsonl_rows  # noqa: E402
 
 PRESET = "experiment=dmc_proprio_cpu"

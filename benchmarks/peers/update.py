@@ -117,7 +117,8 @@ def python_of(impl: str) -> list[str]:
 def official_style_cnn() -> str | None:
     """None when our config has ``model.cnn_strided``, else why not."""
     sys.path.insert(0, str(ROOT))
-    from dreamer.config import ConfigError, load
+    from dreamer.config import load
+    from dreamer.errors import ConfigError
 
     try:
         load(["experiment=dmc_proprio", "model.cnn_strided=false"])

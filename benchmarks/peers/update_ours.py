@@ -26,8 +26,9 @@ from update_worker import conv_layers, serve, timed, torch_flop_counter, unique_
 
 from dreamer.agent.build import build_agent  # noqa: E402
 from dreamer.agent.spaces import EnvSpaces, ObsKey  # noqa: E402
-from dreamer.config import ConfigError, load  # noqa: E402
-from dreamer.learner import Learner  # noqa: E402
+from dreamer.config import load  # noqa: E402
+from dreamer.errors import ConfigError  # noqa: E402
+from dreamer.learning.learner import Learner  # noqa: E402
 from tests.batches import synthetic_batch  # noqa: E402
 
 CPU = torch.device("cpu")

@@ -15,6 +15,7 @@ from torch.nn import functional
 
 from dreamer.agent.masked import MaskedMultiHead, mask_keys
 from dreamer.agent.spaces import EnvSpaces
+from dreamer.torchrl_compat import update_belief
 
 
 def env_action(action: torch.Tensor, spaces: EnvSpaces) -> torch.Tensor:
@@ -66,7 +67,7 @@ class GreedyActingStep(nn.Module):
         state = torch.where(reset, 0, state)
         belief = torch.where(reset, 0, belief)
         previous_action = torch.where(reset, 0, previous_action)
-        belief = self.prior._update_belief(state, belief, previous_action)  # torchrl's GRU step
+        belief = update_belief(self.prior, state, belief, previous_action)
         _, state = self.posterior(belief, embedding)
         action = self._greedy(state.float(), belief.float(), observations)
         return env_action(action, self.spaces), state.float(), belief.float(), action

@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import (
     InteractionType,
     ProbabilisticTensorDictModule,
@@ -36,6 +35,7 @@ from torchrl.objectives import (
     ValueEstimators,
 )
 
+from dreamer.agent.loss import DreamerLoss
 from dreamer.agent.masked import masked_multi_head_actor
 from dreamer.agent.networks import Carry, ContinuousActorNet, MultiDecoder, MultiEncoder, ToFloat
 from dreamer.agent.rollout import ZeroStartRollout
@@ -263,15 +263,15 @@ def build_agent(model, learner, spaces: EnvSpaces) -> Agent:
         model.bins,
     )
 
-    scales = learner.loss_scales
-    model_loss = DreamerV3ModelLoss(
+    scales = {name: float(value) for name, value in learner.loss_scales.items()}
+    model_loss = DreamerV3ModelLoss(  # unweighted terms: dreamer_v3_loss weighs them
         world_model,
         kl_mode="separate",
-        lambda_reco=scales.rec,
-        lambda_reward=scales.rew,
-        lambda_dynamic=scales.dyn,
-        lambda_representation=scales.rep,
-        lambda_continue=scales.con,
+        lambda_reco=1.0,
+        lambda_reward=1.0,
+        lambda_dynamic=1.0,
+        lambda_representation=1.0,
+        lambda_continue=1.0,
         unimix=model.unimix,
         free_bits=learner.free_nats,
         reco_symlog=[key.kind == "vector" for key in spaces.obs],
@@ -305,94 +305,12 @@ def build_agent(model, learner, spaces: EnvSpaces) -> Agent:
         model_loss,
         actor_loss,
         value_loss,
-        replay_value_loss_weight=scales.repval,
+        scales=scales,
         continuation_horizon=learner.return_horizon,
         lmbda=learner.lmbda,
-        policy_scale=scales.policy,
-        value_scale=scales.value,
         imag_last=learner.imag_last,
     )
     target_updater = SoftUpdate(value_loss, tau=learner.slow_critic)
 
     policy = acting_policy(encoder, prior, posterior, actor, obs_names)
     return Agent(spaces, world_model, actor, value, policy, loss, target_updater)
-
-
-class DreamerLoss(DreamerV3Loss):
-    """torchrl's ``DreamerV3Loss`` with what it has no knob for, as the official agent:
-
-    - ``policy_scale`` and ``value_scale`` (``learner.loss_scales.policy`` / ``value``):
-      torchrl weighs every other term itself (``lambda_*`` of the model loss,
-      ``replay_value_loss_weight``) but returns ``loss_actor`` and ``loss_value``
-      unweighted; they are scaled here, in the entries the stepper sums;
-    - ``imag_last`` (``learner.imag_last``): imagination starts from the last K
-      replayed steps of every sequence (0: all of them), and the replay-value term
-      learns on those K steps, bootstrapped from their imagined returns.
-
-    The forward is torchrl's, with those two changes.
-    """
-
-    def __init__(
-        self,
-        *args,
-        policy_scale: float = 1.0,
-        value_scale: float = 1.0,
-        imag_last: int = 0,
-        **kwargs,
-    ):
-        super().__init__(*args, **kwargs)
-        self.policy_scale = policy_scale
-        self.value_scale = value_scale
-        self.imag_last = imag_last
-
-    def forward(self, sample: TensorDictBase) -> TensorDictBase:
-        keys = self.tensor_keys
-        model_losses, posterior = self.model_loss(sample)
-        replayed = posterior.get("next")
-        last = imagined_steps(self.imag_last, sample.shape[-1])
-        starts = replayed if last is None else replayed[..., -last:]
-        state, belief = starts.get(keys.state).detach(), starts.get(keys.belief).detach()
-        actor_keys = self.actor_loss.tensor_keys
-        actor_input = TensorDict(
-            {
-                actor_keys.state: state.reshape(-1, state.shape[-1]),
-                actor_keys.belief: belief.reshape(-1, belief.shape[-1]),
-            },
-            [starts.numel()],
-        )
-        actor_losses, imagined = self.actor_loss(actor_input)
-        value_losses, _ = self.value_loss(imagined.detach())
-        if self.replay_value_loss_weight:
-            value_keys = self.value_loss.tensor_keys
-            replay_features = starts.select(*self.value_loss.value_model.in_keys)
-            replay_features.set(
-                value_keys.bootstrap,
-                imagined.get("lambda_target")[..., 0, 0].reshape(starts.shape),
-            )
-            targets = sample.get("next").select(
-                value_keys.reward, value_keys.done, value_keys.terminated
-            )
-            replay_features.set("next", targets if last is None else targets[..., -last:])
-            replay_value = self.value_loss.replay_value_loss(
-                replay_features, horizon=self.continuation_horizon, lmbda=self.lmbda
-            )["loss_replay_value"]
-        else:
-            replay_value = state.new_zeros(())
-        result = model_losses.apply(torch.squeeze)
-        result.update(actor_losses).update(value_losses)
-        # torchrl's actor and value losses have no weight of their own: scaled here
-        result.set("loss_actor", self.policy_scale * result.get("loss_actor"))
-        result.set("loss_value", self.value_scale * result.get("loss_value"))
-        result.set("loss_replay_value", self.replay_value_loss_weight * replay_value)
-        result.set("replay_value", replay_value.detach())
-        result.set(
-            keys.replay_context,
-            replayed.select(keys.state, keys.belief).detach(),
-        )
-        return result
-
-
-def imagined_steps(imag_last: int, length: int) -> int | None:
-    """How many of a sequence's last steps imagination starts from; None: all of them
-    (``learner.imag_last`` 0, or not less than the sequence)."""
-    return imag_last if 0 < imag_last < length else None

@@ -26,12 +26,13 @@ import math
 import torch
 from torch import nn
 from torch.nn import functional
-from torchrl.modules.models.model_based import (
-    _dreamer_v3_conv_init,
-    _dreamer_v3_init,
-    _DreamerV3BlockLinear,
-    _DreamerV3ChannelRMSNorm,
-    _DreamerV3RMSNorm,
+
+from dreamer.torchrl_compat import (
+    BlockLinear,
+    ChannelRMSNorm,
+    RMSNorm,
+    dreamer_v3_conv_init,
+    dreamer_v3_init,
 )
 
 
@@ -65,12 +66,12 @@ class PoolingImageEncoder(nn.Module):
             layers += [
                 nn.Conv2d(channels, out_channels, kernel_size, padding=kernel_size // 2),
                 nn.MaxPool2d(2),
-                _DreamerV3ChannelRMSNorm(out_channels, norm_eps),
+                ChannelRMSNorm(out_channels, norm_eps),
                 nn.SiLU(),
             ]
             channels = out_channels
         self.layers = nn.Sequential(*layers)
-        self.layers.apply(_dreamer_v3_conv_init)
+        self.layers.apply(dreamer_v3_conv_init)
         self.out_channels = channels
         self.factor = 2 ** len(mults)
 
@@ -127,15 +128,15 @@ class UpsamplingImageDecoder(nn.Module):
         self.num_blocks = num_blocks
         self.initial_shape = (top, height // factor, width // factor)
         size = math.prod(self.initial_shape)
-        self.belief_projection = _DreamerV3BlockLinear(belief_features, size, num_blocks)
+        self.belief_projection = BlockLinear(belief_features, size, num_blocks)
         self.state_projection = nn.Sequential(
             nn.Linear(state_features, 2 * units),
-            _DreamerV3RMSNorm(2 * units, norm_eps),
+            RMSNorm(2 * units, norm_eps),
             nn.SiLU(),
             nn.Linear(2 * units, size),
         )
-        self.state_projection.apply(_dreamer_v3_init)
-        self.projection_norm = _DreamerV3ChannelRMSNorm(top, norm_eps)
+        self.state_projection.apply(dreamer_v3_init)
+        self.projection_norm = ChannelRMSNorm(top, norm_eps)
         layers = []
         in_channels = top
         for stage in reversed(range(len(mults))):
@@ -146,10 +147,10 @@ class UpsamplingImageDecoder(nn.Module):
                 nn.Conv2d(in_channels, out_channels, kernel_size, padding=kernel_size // 2),
             ]
             if not last:
-                layers += [_DreamerV3ChannelRMSNorm(out_channels, norm_eps), nn.SiLU()]
+                layers += [ChannelRMSNorm(out_channels, norm_eps), nn.SiLU()]
             in_channels = out_channels
         self.layers = nn.Sequential(*layers)
-        self.layers.apply(_dreamer_v3_conv_init)
+        self.layers.apply(dreamer_v3_conv_init)
 
     def forward(self, state: torch.Tensor, belief: torch.Tensor) -> torch.Tensor:
         batch_shape = belief.shape[:-1]

@@ -35,7 +35,8 @@ from torch import nn
 from torch.distributions import Distribution
 from torch.nn import functional
 from torchrl.modules import DreamerV3MLP
-from torchrl.modules.models.model_based import _dreamer_v3_init
+
+from dreamer.torchrl_compat import dreamer_v3_init
 
 
 @dataclass(frozen=True)
@@ -200,7 +201,7 @@ class _LogitsNet(nn.Module):
         super().__init__()
         self.backbone = DreamerV3MLP(in_features, None, depth=depth, num_cells=units)
         self.logits = nn.Linear(units, out_features)
-        self.logits.apply(_dreamer_v3_init)
+        self.logits.apply(dreamer_v3_init)
         with torch.no_grad():
             self.logits.weight.mul_(0.01)
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 from torchrl.modules import DreamerV3ImageDecoder, DreamerV3ImageEncoder, DreamerV3MLP
-from torchrl.modules.models.model_based import _dreamer_v3_init
 from torchrl.objectives.dreamer_v3 import symexp, symlog
 
 from dreamer.agent.cnn import PoolingImageEncoder, UpsamplingImageDecoder
 from dreamer.agent.spaces import EnvSpaces
+from dreamer.torchrl_compat import dreamer_v3_init
 
 CNN_MULTS = (2, 3, 4, 4)
 
@@ -115,7 +115,7 @@ class MultiDecoder(nn.Module):
         if self.vector_sizes:
             self.mlp = DreamerV3MLP(in_features, None, depth=layers, num_cells=units)
             self.heads = nn.ModuleList(nn.Linear(units, size) for size in self.vector_sizes)
-            self.heads.apply(_dreamer_v3_init)
+            self.heads.apply(dreamer_v3_init)
 
     def forward(self, state: torch.Tensor, belief: torch.Tensor) -> tuple[torch.Tensor, ...]:
         features = torch.cat([state, belief], -1)
@@ -144,7 +144,7 @@ class ContinuousActorNet(nn.Module):
         self.mean = nn.Linear(units, action_dim)
         self.std = nn.Linear(units, action_dim)
         for head in (self.mean, self.std):
-            _dreamer_v3_init(head)
+            dreamer_v3_init(head)
             with torch.no_grad():
                 head.weight.mul_(0.01)
         self.min_std, self.max_std = 0.1, 1.0

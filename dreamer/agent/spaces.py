@@ -14,6 +14,7 @@ from torchrl.data import Composite, MultiOneHot, OneHot, TensorSpec
 from torchrl.envs import ActionScaling
 
 from dreamer.agent.masked import Head
+from dreamer.torchrl_compat import gym_env
 
 # Keys that the env transforms add for the agent itself, never encoded.
 AGENT_KEYS = ("state", "belief", "previous_action", "is_init", "step_count", "episode_reward")
@@ -81,7 +82,7 @@ def _obs_kind(name: str, spec: TensorSpec) -> str:
 def spaces_from_env(env) -> EnvSpaces:
     """Describe a ``make_env`` env; a gymnasium adapter with masked multi-head actions
     says how its heads relate through an ``action_heads`` attribute."""
-    adapter = getattr(env.base_env, "_env", None)
+    adapter = gym_env(env.base_env)
     heads = getattr(getattr(adapter, "unwrapped", adapter), "action_heads", None)
     spaces = spaces_from_specs(env.observation_spec, env.full_action_spec["action"], heads)
     if any(isinstance(transform, ActionScaling) for transform in env.transform):

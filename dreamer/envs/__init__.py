@@ -38,8 +38,9 @@ from torchrl.envs import (
 )
 from torchrl.envs.gym_like import default_info_dict_reader
 
-from dreamer.config import ConfigError, installed
+from dreamer.config import installed
 from dreamer.envs.restarts import Checked, Restarting
+from dreamer.errors import ConfigError
 
 log = logging.getLogger("dreamer")
 ACHIEVEMENTS_KEY = "info_achievements"

@@ -18,7 +18,7 @@ from pathlib import Path
 import gymnasium
 import numpy as np
 
-from dreamer.config import ConfigError
+from dreamer.errors import ConfigError
 
 CAMERAS = {"quadruped": 2}  # the official DMC env's DEFAULT_CAMERAS; every other domain: 0
 ALIASES = {"cup": "ball_in_cup"}  # official task names use the short domain

@@ -32,8 +32,8 @@ from filelock import FileLock, Timeout
 from gymnasium import spaces
 
 from dreamer.agent.masked import Head
-from dreamer.config import ConfigError
 from dreamer.envs.restarts import EnvFatalError
+from dreamer.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

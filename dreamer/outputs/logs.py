@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import sys
 import time
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
+
+from dreamer.runtime.files import replace_text
 
 log = logging.getLogger("dreamer")
 
@@ -56,7 +57,7 @@ class MetricsWriter:
         """The outputs ``logger.use`` names (``metrics.jsonl`` always)."""
         from omegaconf import OmegaConf
 
-        from dreamer.trackers import start_trackers
+        from dreamer.outputs.trackers import start_trackers
 
         use = list(cfg.logger.use)
         trackers = start_trackers(
@@ -79,9 +80,7 @@ class MetricsWriter:
         kept = [line for line in lines if (step := _step(line)) is not None and step <= last_step]
         if len(kept) == len(lines):
             return
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text("".join(kept), encoding="utf-8")
-        os.replace(temporary, path)
+        replace_text(path, "".join(kept))
 
     def write(self, step: int, metrics: dict[str, float]) -> None:
         clean = {
@@ -114,6 +113,19 @@ class MetricsWriter:
                 close()
             except OSError as error:
                 log.error("closing the run's outputs: %s", error)
+
+
+def has_eval_row(logdir: Path, step: int) -> bool:
+    """Has metrics.jsonl the evaluation row of env step ``step``?"""
+    path = logdir / "metrics.jsonl"
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            row = json.loads(line)
+        except ValueError:  # cut short by a crash
+            continue
+        if row.get("env_steps") == step and "eval/return" in row:
+            return True
+    return False
 
 
 def _step(line: str) -> int | None:

@@ -9,18 +9,18 @@ from pathlib import Path
 
 import torch
 
-from dreamer import checkpoint
 from dreamer.agent.build import Agent, build_agent, latent_sizes
 from dreamer.agent.spaces import EnvSpaces
-from dreamer.collect import SelfHealingCollector, check_machine, make_collector
-from dreamer.dist import Lockstep, World
+from dreamer.data.collect import SelfHealingCollector, check_machine, make_collector
+from dreamer.data.episodes import EpisodeStats
+from dreamer.data.replay import SequenceReplay
 from dreamer.envs import describe_env, env_config
-from dreamer.episodes import EpisodeStats
-from dreamer.learner import Learner
-from dreamer.relaunches import Relaunches
-from dreamer.replay import SequenceReplay
-from dreamer.schedules import TrainRatio
-from dreamer.warmstart import warm_start
+from dreamer.learning.learner import Learner
+from dreamer.runtime import checkpoint
+from dreamer.runtime.dist import Lockstep, World
+from dreamer.runtime.relaunches import Relaunches
+from dreamer.runtime.schedules import TrainRatio
+from dreamer.training.warmstart import warm_start
 
 log = logging.getLogger("dreamer")
 REPLACEMENT_SEED_STRIDE = 7_919  # env seeds of a replacement collector's workers

@@ -55,7 +55,7 @@ class World:
     def device(self, name: str) -> torch.device:
         """``learner.device`` for this rank: ``auto``/``cuda`` mean this rank's own GPU."""
         if name == "cuda" and not torch.cuda.is_available():
-            from dreamer.config import ConfigError
+            from dreamer.errors import ConfigError
 
             raise ConfigError(
                 "learner.device: cuda requested but no CUDA device is available; allowed: auto, cpu"

@@ -7,12 +7,11 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from dreamer.eval_worker import EvalResult, EvalRunner
-from dreamer.logs import MetricsWriter
-from dreamer.render import RenderPool, pool_size
-from dreamer.reports import submit_reports
-from dreamer.rundir import has_eval_row
-from dreamer.schedules import Clock
+from dreamer.evaluation.render import RenderPool, pool_size
+from dreamer.evaluation.reports import submit_reports
+from dreamer.evaluation.runner import EvalResult, EvalRunner
+from dreamer.outputs.logs import MetricsWriter, has_eval_row
+from dreamer.runtime.schedules import Clock
 
 log = logging.getLogger("dreamer")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 import torch
@@ -12,11 +11,10 @@ from torch._inductor.runtime.runtime_utils import default_cache_dir
 from torchrl.trainers.algorithms import DreamerV3OptimizationStepper, DreamerV3Optimizer
 
 from dreamer.agent.build import Agent
-from dreamer.agent.fused import FusedDreamerV3Loss
-from dreamer.config import ConfigError
-from dreamer.dist import GradientAverager, World
-
-_NON_FINITE = re.compile(r"\b(nan|inf)\b", re.IGNORECASE)
+from dreamer.errors import ConfigError
+from dreamer.learning.fused import FusedDreamerV3Loss
+from dreamer.runtime.cores import usable_cores
+from dreamer.runtime.dist import GradientAverager, World
 
 
 class NonFiniteError(RuntimeError):
@@ -75,10 +73,23 @@ def use_compile_cache() -> None:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(base / "dreamer" / "torch-compile")
 
 
+def learner_threads(configured: int, device: torch.device) -> int:
+    """``learner.threads`` resolved: 0 means half the usable cores on the CPU, at least
+    one, since the env workers and the inference process run on the same cores (on 2
+    cores one learner thread beats two end to end: benchmarks/README.md, "Thread
+    layout"); on CUDA torch's default (the GPU does the work)."""
+    if configured:
+        return configured
+    if device.type == "cuda":
+        return torch.get_num_threads()
+    return max(1, usable_cores() // 2)
+
+
 def learner_modes(learner_cfg, device: torch.device) -> dict[str, bool]:
-    """``learner.compile`` / ``cudagraph`` / ``precision`` resolved for ``device``:
-    ``auto`` is on for CUDA and off for the CPU; CUDA-only modes on a CPU are refused
-    (on a CPU torchrl's stepper would silently train in fp32)."""
+    """``learner.compile`` / ``cudagraph`` / ``precision`` / ``rollout`` resolved for
+    ``device``: ``auto`` is on for CUDA and off for the CPU (the fused rollout the other
+    way round); CUDA-only modes on a CPU are refused (on a CPU torchrl's stepper would
+    silently train in fp32)."""
     cuda = device.type == "cuda"
     if not cuda and learner_cfg.cudagraph == "true":
         raise ConfigError(
@@ -99,6 +110,7 @@ def learner_modes(learner_cfg, device: torch.device) -> dict[str, bool]:
         "compile": tristate(learner_cfg.compile),
         "cudagraph": tristate(learner_cfg.cudagraph),
         "bf16": cuda if precision == "auto" else precision == "bf16",
+        "fused": not cuda if learner_cfg.rollout == "auto" else learner_cfg.rollout == "fused",
     }
 
 
@@ -124,7 +136,7 @@ class Learner:
         self.modes = learner_modes(learner_cfg, device)
         # the fused loss computes torchrl's losses from the same modules; self.loss stays
         # the owner of every parameter and buffer, so checkpoints do not depend on it
-        self.fused = learner_cfg.rollout != "torchrl"
+        self.fused = self.modes["fused"]
         if self.modes["compile"]:
             use_compile_cache()
         stepped = self.loss
@@ -156,13 +168,8 @@ class Learner:
         saved = [buffer.clone() for buffer in self._statistics]
         skipped_before = self.optimizer.skipped
         metrics = None
-        if _finite(batch):
-            try:
-                metrics = self.stepper.step(None, batch)
-            except (RuntimeError, ValueError) as error:
-                # NaN logits make torch's samplers raise before any gradient exists
-                if not _NON_FINITE.search(str(error)):
-                    raise
+        if _finite(batch):  # else no gradient is usable: the update is skipped
+            metrics = self.stepper.step(None, batch)
         if metrics is None:
             self._skip_update()
         if self.optimizer.skipped > skipped_before:

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import logging
 
-from dreamer import checkpoint
 from dreamer.agent.build import Agent
 from dreamer.agent.spaces import EnvSpaces, layout_difference, spaces_from_dict
-from dreamer.config import ConfigError
+from dreamer.config import WARM_START_PARTS
+from dreamer.errors import ConfigError
+from dreamer.runtime import checkpoint
 
 log = logging.getLogger(__name__)
 
-PARTS = ("world_model", "actor", "critic", "optimizer")
-MODEL_PARTS = PARTS[:3]
+MODEL_PARTS = WARM_START_PARTS[:3]
 
 
 def _owners(agent: Agent) -> dict[str, str]:
@@ -86,5 +86,5 @@ def warm_start(learner, agent: Agent, spaces: EnvSpaces, model: dict, path, part
         "warm start from %s (env step %d): %s; replay and counters start empty",
         found,
         state["steps"]["env_steps"],
-        ", ".join(part for part in PARTS if part in parts),
+        ", ".join(part for part in WARM_START_PARTS if part in parts),
     )

@@ -26,7 +26,8 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.data import LazyMemmapStorage, LazyTensorStorage
 
-from dreamer.logs import OutputError
+from dreamer import torchrl_compat as compat
+from dreamer.outputs.logs import OutputError
 
 ENV_INDEX = "env_index"
 
@@ -203,10 +204,8 @@ class SequenceReplay:
         for stream, storage in enumerate(self.storages):
             if self.written[stream] == 0:
                 continue
-            # map the stream's files again (torchrl has no public "open existing memmap")
-            storage._storage = TensorDict.load_memmap(self._stream_dir(stream))
-            storage.initialized = True
-            storage._len = int(min(on_disk[stream], self.per_stream))
+            length = int(min(on_disk[stream], self.per_stream))
+            compat.reopen_memmap(storage, self._stream_dir(stream), length)
 
     def digest(self) -> str:
         """A checksum of the steps a sample can read, stream by stream, oldest first."""

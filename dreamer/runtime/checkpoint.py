@@ -6,10 +6,6 @@
   and plain containers only (``weights_only``), so a shared file runs no code, and a
   damaged one is refused (``newest_good`` resumes from the newest whole one instead).
 - ``Registry``: each stateful part registers by name; one call saves or restores all.
-- ``RunLock``: one process per run directory (an OS file lock: a killed holder frees it).
-- ``StopSignals``: SIGTERM/SIGUSR1 (SLURM's preemption and time-limit warnings) ask the
-  loop to checkpoint and exit with ``REQUEUE_EXIT``; ``children_keep_signals`` gives child
-  processes started while it is installed the handling the run's first children got.
 """
 
 from __future__ import annotations
@@ -17,26 +13,21 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import os
 import pickle
 import re
 import shutil
-import signal
-import socket
 from pathlib import Path
 from typing import Protocol
 
 import torch
-from filelock import FileLock, Timeout
 from torchrl.checkpoint import GlobalRNGState
+
+from dreamer.runtime.files import replacing, temporary_of
 
 log = logging.getLogger("dreamer")
 PREFIX = "checkpoint-"
-REQUEUE_EXIT = 75  # EX_TEMPFAIL: checkpointed after SIGTERM/SIGUSR1/SIGUSR2; rerun to resume
-INTERRUPT_EXIT = 130  # checkpointed after Ctrl-C
 # Left in the run directory by rank 0 with REQUEUE_EXIT: torchrun reports any worker's
 # non-zero code as 1, so a batch script learns of a checkpointed stop from this file.
-STOPPED_FILE = "stopped"
 FORMAT = 1  # of the saved dict; any other is refused
 DAMAGED_SUFFIX = ".damaged"  # a checkpoint a resume found damaged, kept for inspection
 
@@ -62,26 +53,16 @@ def save(logdir: Path, step: int, state: dict, keep: int = 3) -> Path:
     folder = checkpoint_dir(logdir)
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / f"{PREFIX}{step:012d}.pt"
-    temporary = folder / f".{final.name}.tmp"
     content = {"format": FORMAT, **state}
     content["checksum"] = checksum(content)
     try:
-        with temporary.open("wb") as handle:
+        with replacing(final) as handle:
             torch.save(content, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
     except (OSError, RuntimeError) as error:  # torch.save wraps write errors in RuntimeError
-        temporary.unlink(missing_ok=True)
         free = shutil.disk_usage(folder).free  # torch's message may not say the disk is full
         raise CheckpointError(
             f"checkpoint at step {step} not written: {_detail(error)} ({free:,} bytes free)"
         ) from None
-    os.replace(temporary, final)
-    directory = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
     for old in sorted(folder.glob(f"{PREFIX}*.pt"))[:-keep]:
         old.unlink()
     return final
@@ -89,7 +70,7 @@ def save(logdir: Path, step: int, state: dict, keep: int = 3) -> Path:
 
 def remove_partial(logdir: Path) -> list[Path]:
     """Delete temporary files of writes a crash interrupted; returns what it removed."""
-    partial = sorted(checkpoint_dir(logdir).glob(f".{PREFIX}*.tmp"))
+    partial = sorted(checkpoint_dir(logdir).glob(temporary_of(Path(f"{PREFIX}*.pt")).name))
     for path in partial:
         path.unlink(missing_ok=True)
     return partial
@@ -296,92 +277,3 @@ def rng_kept():
         yield
     finally:
         rng.load_state_dict(state)
-
-
-class RunLockedError(RuntimeError):
-    pass
-
-
-class RunLock:
-    """Held for the whole run; a second process on the same directory is refused.
-
-    The lock is an OS-level file lock, so the kernel releases it when the holder dies,
-    even by SIGKILL: a stale lock file never blocks the next run.
-    """
-
-    def __init__(self, logdir: Path):
-        self.path = logdir / "run.lock"
-        self.owner = logdir / "run.lock.owner"
-        self.lock = FileLock(self.path)
-
-    def __enter__(self) -> RunLock:
-        try:
-            self.lock.acquire(timeout=0)
-        except Timeout:
-            holder = self.owner.read_text().strip() if self.owner.exists() else "unknown"
-            raise RunLockedError(
-                f"run.logdir: {self.path.parent} is in use by {holder}; "
-                "stop that run or choose another run.logdir"
-            ) from None
-        self.owner.write_text(f"pid {os.getpid()} on {socket.gethostname()}\n")
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.owner.unlink(missing_ok=True)
-        self.lock.release()
-
-
-class StopSignals:
-    """Turns SIGTERM/SIGUSR1/SIGUSR2 into a flag the loop checks between updates
-    (SLURM's preemption signal is USR1 in slurm/*.sbatch, USR2 from submitit)."""
-
-    SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
-    installed: StopSignals | None = None  # the one in effect in this process
-
-    def __init__(self):
-        self.received: int | None = None
-        self._previous: dict[int, object] = {}
-
-    def _handle(self, signum, frame) -> None:
-        self.received = signum
-
-    def __enter__(self) -> StopSignals:
-        for signum in self.SIGNALS:
-            self._previous[signum] = signal.signal(signum, self._handle)
-        StopSignals.installed = self
-        return self
-
-    def __exit__(self, *exc) -> None:
-        StopSignals.installed = None
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous = {}
-
-    def ignored(self) -> list[int]:
-        """The stop signals this process ignored before (slurm/node.sh ignores USR1)."""
-        return [signum for signum, handler in self._previous.items() if handler == signal.SIG_IGN]
-
-
-@contextlib.contextmanager
-def children_keep_signals():
-    """Processes started inside (a replaced collector, a relaunched evaluation process,
-    a new render pool) ignore what the run's first children ignore.
-
-    The first children start before ``StopSignals`` and inherit SIG_IGN for what the
-    launcher ignores (USR1 under SLURM, which signals every process of the job step).
-    Later ones would start with the default action (exec resets the handler), and a
-    preemption would kill them before the checkpoint. Changing the disposition around a
-    start would lose a signal arriving meanwhile, so these signals are blocked in the
-    starting thread instead: the children (and their threads) inherit the blocked mask,
-    so they never act on them, and this process takes a pending one when the mask is
-    restored."""
-    stop = StopSignals.installed
-    blocked = stop.ignored() if stop is not None else []
-    if not blocked:
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from dreamer.checkpoint import children_keep_signals
-from dreamer.cores import usable_cores
-from dreamer.relaunches import Relaunches
+from dreamer.runtime.cores import usable_cores
+from dreamer.runtime.relaunches import Relaunches
+from dreamer.runtime.signals import children_keep_signals
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,10 @@ import threading
 import uuid
 from pathlib import Path
 
-from dreamer.config import ConfigError, installed
+from dreamer import torchrl_compat as compat
+from dreamer.config import flatten, installed
+from dreamer.errors import ConfigError
+from dreamer.runtime.files import replace_text
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +45,7 @@ def _ids(logdir: Path) -> dict:
 
 def _save_id(logdir: Path, name: str, run_id: str) -> None:
     ids = _ids(logdir) | {name: run_id}
-    temporary = logdir / f".{IDS_FILE}.tmp"
-    temporary.write_text(json.dumps(ids, indent=1) + "\n")
-    os.replace(temporary, logdir / IDS_FILE)
+    replace_text(logdir / IDS_FILE, json.dumps(ids, indent=1) + "\n")
 
 
 def scalars(row: dict) -> dict[str, float]:
@@ -53,15 +54,6 @@ def scalars(row: dict) -> dict[str, float]:
         for key, value in row.items()
         if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     }
-
-
-def _flat_params(node, prefix: str = "") -> dict[str, str]:
-    if isinstance(node, dict):
-        flat = {}
-        for key, value in node.items():
-            flat.update(_flat_params(value, f"{prefix}{key}."))
-        return flat
-    return {prefix[:-1]: str(node)}
 
 
 class MlflowTracker:
@@ -79,28 +71,17 @@ class MlflowTracker:
         self.run_id = _ids(logdir).get(self.name)
 
     def start(self, params: dict) -> str:
-        import mlflow
-        from torchrl.record.loggers.mlflow import MLFlowLogger
-
         uri, artifacts = self.uri, None
         if not uri:  # MLflow >= 3.10 refuses plain-file stores: a SQLite file in the run dir
             store = (self.logdir / "mlflow").resolve()
             store.mkdir(parents=True, exist_ok=True)
             uri, artifacts = f"sqlite:///{store / 'mlflow.db'}", (store / "artifacts").as_uri()
         resume_id = self.run_id
-
-        class Resumable(MLFlowLogger):
-            def _create_experiment(self):
-                if resume_id is None:
-                    return super()._create_experiment()
-                run = mlflow.start_run(run_id=resume_id)
-                self.id = run.info.experiment_id
-                return run
-
-        self.logger = Resumable(self.experiment_name, uri, artifact_location=artifacts)
+        logger = compat.mlflow_logger(resume_id)
+        self.logger = logger(self.experiment_name, uri, artifact_location=artifacts)
         self.run_id = self.logger.experiment.info.run_id
         if resume_id is None:
-            self.logger.log_hparams(_flat_params(params))
+            self.logger.log_hparams({key: str(value) for key, value in flatten(params).items()})
         return self.run_id
 
     def metrics(self, step: int, values: dict[str, float]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import signal
 
 import torch
 from tensordict import TensorDict
@@ -17,13 +18,15 @@ from torchrl.modules.inference_server import (
     ProcessSlotTransport,
 )
 
+from dreamer import torchrl_compat as compat
 from dreamer.agent.build import build_acting
 from dreamer.agent.spaces import EnvSpaces
-from dreamer.checkpoint import children_keep_signals, rng_kept
-from dreamer.config import ConfigError
-from dreamer.cores import allowed_cores, usable_cores
 from dreamer.envs import make_env
-from dreamer.relaunches import Relaunches
+from dreamer.errors import ConfigError
+from dreamer.runtime.checkpoint import rng_kept
+from dreamer.runtime.cores import allowed_cores, usable_cores
+from dreamer.runtime.relaunches import Relaunches
+from dreamer.runtime.signals import children_keep_signals
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +126,7 @@ def make_collector(
             replay_buffer=replay,
         )
     torch.set_num_threads(driver_threads)
-    transport = result._transport  # torchrl exposes no public accessor
+    transport = compat.collector_transport(result)
     if not grouped and not isinstance(transport, ProcessSlotTransport):
         result.shutdown()
         raise CollectorError(
@@ -136,7 +139,7 @@ def make_collector(
         envs,
         envs // collector["envs_per_worker"],
         type(transport).__name__,
-        result._server_backend,
+        compat.collector_server_backend(result),
         "auto (grouped workers)" if grouped else collector["chunk"],
         inference["min_batch"],
         max_batch,
@@ -213,7 +216,7 @@ class SelfHealingCollector:
         self.earlier_versions = state["policy_version"]
 
     def server_alive(self) -> bool:
-        return self.current is not None and self.current._server.is_alive
+        return self.current is not None and compat.inference_server(self.current).is_alive
 
     def push(self, policy, timeout: float) -> None:
         """The policy's weights to the inference process, waiting at most ``timeout`` s.
@@ -224,7 +227,7 @@ class SelfHealingCollector:
         is replaced with its collector when the collector reports it."""
         weights = TensorDict.from_module(policy).detach().clone()  # as torchrl's own push
         try:
-            self.current._server.update_model_weights(weights, timeout=timeout)
+            compat.inference_server(self.current).update_model_weights(weights, timeout=timeout)
         except TimeoutError as error:
             log.warning(
                 "weight push: %s (waited %.0f s); the policy keeps its weights until the next push",
@@ -246,10 +249,10 @@ class SelfHealingCollector:
                     first = next(batches, DONE)  # batches are None: they went to replay
                 if first is DONE:
                     return
-                pids = [worker.pid for worker in collector._workers]
+                pids = compat.worker_pids(collector)
                 log.info("env worker pids: %s", " ".join(map(str, pids)))
-                # torchrl exposes no public accessor for the server's process
-                log.info("inference server pid: %s", collector._server._process.pid)
+                server = compat.inference_server_process(collector)
+                log.info("inference server pid: %s", server.pid)
                 for batch in itertools.chain([first], batches):
                     failures = 0
                     yield batch
@@ -263,8 +266,13 @@ class SelfHealingCollector:
                         f"collection failed {failures} times in a row; last: {last}"
                     ) from error
                 # torchrl has shut the collector down by now (the server too, whatever
-                # died); its errors name the server when that was the cause
-                server_died = "inference server" in f"{error} {cause}".lower()
+                # died): a server it stopped exits 0 or by SIGTERM, a killed one (OOM,
+                # SIGKILL) or a crashed one otherwise
+                server_died = compat.inference_server_process(collector).exitcode not in (
+                    None,
+                    0,
+                    -signal.SIGTERM,
+                )
                 if server_died:
                     self.relaunches.add("inference")
                 log.error(

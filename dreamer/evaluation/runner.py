@@ -14,13 +14,14 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.collectors import Evaluator
 from torchrl.envs import EnvBase, SerialEnv
 
+from dreamer import torchrl_compat as compat
 from dreamer.agent.build import latent_sizes
 from dreamer.agent.spaces import EnvSpaces
-from dreamer.checkpoint import children_keep_signals
-from dreamer.collect import build_policy
+from dreamer.data.collect import build_policy
 from dreamer.envs import ACHIEVEMENTS_KEY, make_env
-from dreamer.relaunches import Relaunches
-from dreamer.reports import crafter_score
+from dreamer.evaluation.reports import crafter_score
+from dreamer.runtime.relaunches import Relaunches
+from dreamer.runtime.signals import children_keep_signals
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +183,7 @@ class EvalRunner:
 
         torchrl's Evaluator has no public accessor: its process backend is a thread
         driving a one-worker ``MultiSyncCollector`` that it builds at the first trigger."""
-        collector = getattr(self.evaluator._backend, "_collector", None)
+        collector = compat.evaluator_collector(self.evaluator)
         procs = getattr(collector, "procs", None) or []
         return procs[0] if procs else None
 
@@ -192,7 +193,7 @@ class EvalRunner:
             return True
         # the backend thread ends with an error when it finds its process dead (ident:
         # it was started, not just created)
-        thread = getattr(self.evaluator._backend, "_thread", None)
+        thread = compat.evaluator_thread(self.evaluator)
         started = thread is not None and thread.ident is not None
         return self.pending_step is not None and started and not thread.is_alive()
 

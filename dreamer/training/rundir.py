@@ -3,15 +3,14 @@ what a crash left behind cleaned up, and the latest checkpoint's state."""
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from dreamer import checkpoint
 from dreamer.config import check_resume
-from dreamer.logs import MetricsWriter
+from dreamer.outputs.logs import MetricsWriter
+from dreamer.runtime import checkpoint, signals
 
 log = logging.getLogger("dreamer")
 
@@ -24,7 +23,7 @@ def prepare_run_dir(cfg, logdir: Path) -> dict | None:
     saved_config = logdir / "config.yaml"
     if saved_config.exists():
         check_resume(OmegaConf.to_container(OmegaConf.load(saved_config)), cfg)
-    (logdir / checkpoint.STOPPED_FILE).unlink(missing_ok=True)  # a stop of an earlier run
+    (logdir / signals.STOPPED_FILE).unlink(missing_ok=True)  # a stop of an earlier run
     for partial in checkpoint.remove_partial(logdir):
         log.warning("removed %s, a checkpoint write a crash interrupted", partial.name)
     found, state = checkpoint.newest_good(logdir)
@@ -33,16 +32,3 @@ def prepare_run_dir(cfg, logdir: Path) -> dict | None:
     if state:
         log.info("resuming from %s at env step %d", found.name, state["steps"]["env_steps"])
     return state
-
-
-def has_eval_row(logdir: Path, step: int) -> bool:
-    """Has metrics.jsonl the evaluation row of env step ``step``?"""
-    path = logdir / "metrics.jsonl"
-    for line in path.read_text().splitlines() if path.exists() else []:
-        try:
-            row = json.loads(line)
-        except ValueError:  # cut short by a crash
-            continue
-        if row.get("env_steps") == step and "eval/return" in row:
-            return True
-    return False

@@ -17,10 +17,10 @@ from omegaconf import OmegaConf
 from tensordict import TensorDict
 from tensordict.nn import InteractionType, set_interaction_type
 
-from dreamer import checkpoint
 from dreamer.agent.acting import GreedyActingStep, env_action
 from dreamer.agent.build import build_acting, build_agent, latent_sizes
 from dreamer.agent.spaces import EnvSpaces, spaces_from_dict
+from dreamer.runtime import checkpoint
 
 MODES = {"greedy": InteractionType.DETERMINISTIC, "sample": InteractionType.RANDOM}
 

@@ -25,28 +25,27 @@ from __future__ import annotations
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import InteractionType
 from torch import nn
 from torch.nn import functional
 from torchrl.modules import DreamerV3MLP
 from torchrl.modules.distributions.utils import has_analytic_entropy, rsample_and_log_prob
-from torchrl.modules.models.model_based import (
-    _DreamerV3BlockLinear,
-    _DreamerV3RMSNorm,
-    _straight_through_categorical,
-    two_hot_cross_entropy,
+from torchrl.modules.models.model_based import two_hot_cross_entropy
+from torchrl.objectives.dreamer_v3 import categorical_kl_terms, symlog
+
+from dreamer.agent.loss import dreamer_v3_loss, finite_starts, imagined_steps
+from dreamer.torchrl_compat import (
+    BlockLinear,
+    RMSNorm,
+    dist_sample,
+    match_trailing_dim,
+    reduce_loss,
+    replay_value_target,
+    return_scale,
+    straight_through_categorical,
 )
-from torchrl.objectives.dreamer_v3 import (
-    _match_trailing_dim,
-    _replay_value_target,
-    categorical_kl_terms,
-    symlog,
-)
-
-from dreamer.agent.build import imagined_steps
 
 
-def _rms(value: torch.Tensor, norm: _DreamerV3RMSNorm) -> torch.Tensor:
+def _rms(value: torch.Tensor, norm: RMSNorm) -> torch.Tensor:
     weight = norm.weight
     return functional.rms_norm(value.float(), (weight.shape[0],), weight.float(), norm.eps).to(
         value.dtype
@@ -68,11 +67,11 @@ def _run(layers: nn.Sequential, value: torch.Tensor) -> torch.Tensor:
     for layer in layers:
         if type(layer) is nn.Linear:
             value = functional.linear(value, layer.weight, layer.bias)
-        elif type(layer) is _DreamerV3RMSNorm:
+        elif type(layer) is RMSNorm:
             value = _rms(value, layer)
         elif type(layer) is nn.SiLU:
             value = functional.silu(value)
-        elif type(layer) is _DreamerV3BlockLinear:
+        elif type(layer) is BlockLinear:
             value = _block_linear(value, layer.weight, layer.bias)
         else:
             value = layer(value)
@@ -91,7 +90,7 @@ class RSSMCell:
             raise ValueError("the fused rollout needs the block-GRU RSSM")
         rnn = prior.rnn
         first = rnn.hidden_layers[0]
-        if not isinstance(first, _DreamerV3BlockLinear) or len(rnn.hidden_layers) != 3:
+        if not isinstance(first, BlockLinear) or len(rnn.hidden_layers) != 3:
             raise ValueError("the fused rollout needs one block-linear GRU layer")
         self.prior, self.posterior, self.rnn = prior, posterior, rnn
         self.blocks = rnn.num_blocks
@@ -147,7 +146,7 @@ class RSSMCell:
         return self.logits(self.prior.rnn_to_prior_projector, belief)
 
     def sample(self, logits: torch.Tensor, unimix: float, uniform=None) -> torch.Tensor:
-        state = _straight_through_categorical(logits, unimix, uniform=uniform)
+        state = straight_through_categorical(logits, unimix, uniform=uniform)
         return state.view(*state.shape[:-2], self.stoch)
 
     def observe(self, state, belief, action, embedding, reset):
@@ -195,7 +194,7 @@ class RSSMCell:
 
     def imagine_step(self, state, belief, action, split) -> tuple[torch.Tensor, torch.Tensor]:
         """One prior step (the imagination env's step): next state and belief."""
-        # the draw _straight_through_categorical would make, made here: a compiled
+        # the draw straight_through_categorical would make, made here: a compiled
         # prior step then consumes torch's random stream as the eager one does
         uniform = torch.rand(*state.shape[:-1], self.prior.num_categoricals, device=state.device)
         return self.prior_step(state, belief, action, uniform, split)
@@ -235,7 +234,7 @@ class ActorParts:
         return module.distribution_class(**kwargs, **dict(module.distribution_kwargs))
 
     def sample(self, dist) -> torch.Tensor:
-        return self.dist_module._dist_sample(dist, InteractionType.RANDOM)
+        return dist_sample(self.dist_module, dist)
 
 
 def _net(module):
@@ -350,25 +349,22 @@ class FusedDreamerV3Loss(nn.Module):
         reward_loss = two_hot_cross_entropy(
             reward_logits, next_td.get("reward"), model_loss.reward_bins
         ).mean()
-        losses = {
-            "loss_model_reco": model_loss.lambda_reco * reconstruction,
-            "loss_model_reward": model_loss.lambda_reward * reward_loss,
-            "loss_model_dynamic": model_loss.lambda_kl * model_loss.lambda_dynamic * dynamic,
-            "loss_model_representation": model_loss.lambda_kl
-            * model_loss.lambda_representation
-            * representation,
+        terminated = next_td.get("terminated", None)
+        if terminated is None:
+            terminated = next_td.get("done")
+        target = (~terminated).float() * model_loss.continue_target_scale
+        continue_loss = functional.binary_cross_entropy_with_logits(
+            _head(self.continue_net, states, beliefs, features).squeeze(-1),
+            target.squeeze(-1),
+        )
+        terms = {
+            "rec": reconstruction,
+            "rew": reward_loss,
+            "con": continue_loss,
+            "dyn": dynamic,
+            "rep": representation,
         }
-        if model_loss.lambda_continue > 0:
-            terminated = next_td.get("terminated", None)
-            if terminated is None:
-                terminated = next_td.get("done")
-            target = (~terminated).float() * model_loss.continue_target_scale
-            continue_loss = functional.binary_cross_entropy_with_logits(
-                _head(self.continue_net, states, beliefs, features).squeeze(-1),
-                target.squeeze(-1),
-            )
-            losses["loss_model_continue"] = model_loss.lambda_continue * continue_loss
-        return losses, states, beliefs, features
+        return terms, states, beliefs, features
 
     # -- imagination ---------------------------------------------------------------
     @torch.no_grad()
@@ -425,12 +421,12 @@ class FusedDreamerV3Loss(nn.Module):
     def forward(self, sample: TensorDictBase) -> TensorDictBase:
         loss = self.inner
         actor_loss, value_loss = self.actor_loss, loss.value_loss
-        model_losses, states, beliefs, wm_features = self._world_model(sample)
+        terms, states, beliefs, wm_features = self._world_model(sample)
         batch = sample.batch_size
 
         # learner.imag_last: imagine from the last K steps of every sequence (None: all)
         last = imagined_steps(loss.imag_last, batch[-1])
-        start_state, start_belief = states.detach(), beliefs.detach()
+        start_state, start_belief = finite_starts(states, beliefs)
         if last is not None:
             start_state, start_belief = start_state[..., -last:, :], start_belief[..., -last:, :]
         start_state = start_state.reshape(-1, states.shape[-1])
@@ -445,9 +441,9 @@ class FusedDreamerV3Loss(nn.Module):
         )
         # actor: REINFORCE on stopped imagined states and actions, as torchrl's
         dist = self.actor.dist(now_s, now_b)
-        log_prob = _match_trailing_dim(dist.log_prob(actions), lambda_target)
-        return_scale = actor_loss._return_scale(lambda_target)
-        advantage = (lambda_target - baseline) / return_scale
+        log_prob = match_trailing_dim(dist.log_prob(actions), lambda_target)
+        scale = return_scale(actor_loss, lambda_target)
+        advantage = (lambda_target - baseline) / scale
         actor_value = -(discount * log_prob * advantage).mean()
         if actor_loss.entropy_bonus > 0:
             if has_analytic_entropy(dist):
@@ -455,7 +451,7 @@ class FusedDreamerV3Loss(nn.Module):
             else:
                 _, entropy_log_prob = rsample_and_log_prob(dist)
                 entropy = -entropy_log_prob
-            entropy = (discount * _match_trailing_dim(entropy, discount)).mean()
+            entropy = (discount * match_trailing_dim(entropy, discount)).mean()
             actor_value = actor_value - actor_loss.entropy_bonus * entropy
         else:
             entropy = actor_value.new_zeros(())
@@ -473,20 +469,20 @@ class FusedDreamerV3Loss(nn.Module):
         else:
             slow_loss = torch.zeros_like(critic)
 
-        result = {key: value.squeeze() for key, value in model_losses.items()}
-        # the policy and value scales, which torchrl's loss applies in DreamerLoss.forward
+        replay_value = self._replay_value(sample, states, beliefs, wm_features, lambda_target, last)
+        terms = {key: value.squeeze() for key, value in terms.items()}
+        terms["policy"] = actor_value
+        terms["value"] = reduce_loss(value_loss, step_discount * critic)
+        terms["repval"] = replay_value
+        result = dreamer_v3_loss(terms, loss.scales)
         result.update(
-            loss_actor=loss.policy_scale * actor_value,
             actor_entropy=entropy.detach(),
             return_low=actor_loss.return_low.detach().clone(),
             return_high=actor_loss.return_high.detach().clone(),
-            return_scale=return_scale.detach().clone(),
+            return_scale=scale.detach().clone(),
             continuation_mean=continuation.mean(),
-            loss_value=loss.value_scale * value_loss._reduce_loss(step_discount * critic),
-            value_slow_loss=value_loss._reduce_loss(step_discount * slow_loss).detach(),
+            value_slow_loss=reduce_loss(value_loss, step_discount * slow_loss).detach(),
         )
-        replay_value = self._replay_value(sample, states, beliefs, wm_features, lambda_target, last)
-        result["loss_replay_value"] = loss.replay_value_loss_weight * replay_value
         result["replay_value"] = replay_value.detach()
         out = TensorDict(result, [])
         out.set(
@@ -510,7 +506,7 @@ class FusedDreamerV3Loss(nn.Module):
             states, beliefs = states[..., -last:, :], beliefs[..., -last:, :]
             features = features[..., -last:, :]
         done = next_td.get("done")
-        target = _replay_value_target(
+        target = replay_value_target(
             next_td.get("reward"),
             done,
             next_td.get("terminated"),
@@ -526,4 +522,4 @@ class FusedDreamerV3Loss(nn.Module):
             critic = critic + value_loss.slow_critic_regularization * two_hot_cross_entropy(
                 prediction, slow, value_loss.value_bins
             )
-        return value_loss._reduce_loss(weight.to(critic.dtype) * critic)
+        return reduce_loss(value_loss, weight.to(critic.dtype) * critic)

@@ -1,0 +1,128 @@
+"""The fused rollout against torchrl's on this machine's device, as the learner runs
+them: losses and gradients of one update through torchrl's stepper, for each kind of
+agent, in every precision and capture mode the device has (fp32 eager; on CUDA also bf16
+autocast, and bf16 with the forward/backward captured in a CUDA graph).
+
+    python benchmarks/fused_equal.py [--json PATH]
+
+``learner.rollout=auto`` means torchrl's rollout on CUDA until this shows the two equal
+there (``dreamer/config.py``). Each mode reports, per agent, the largest relative error
+of a loss entry and of a parameter's gradient (norm of the difference over the norm of
+torchrl's), and whether both are within the mode's tolerance: fp32 as
+``tests/test_fused.py`` (1e-5); bf16 rounds each path's products differently, so its
+tolerance is bf16's own resolution scale (3e-2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torchrl.trainers.algorithms import DreamerV3OptimizationStepper
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from dreamer.agent.build import build_agent  # noqa: E402
+from dreamer.config import load  # noqa: E402
+from dreamer.learning.fused import FusedDreamerV3Loss  # noqa: E402
+from tests.batches import MULTI_KEY, real_batch, synthetic_batch  # noqa: E402
+from tests.compare import RTOL  # noqa: E402
+from tests.ddp_updates import same_draws  # noqa: E402
+
+AGENTS = {
+    "vector_discrete": ["env=cartpole"],
+    "vector_continuous": ["env=gym", "env.id=Pendulum-v1"],
+    "multi_key": None,  # images and a vector, synthetic
+}
+TOLERANCE = {"fp32": RTOL, "bf16": 3e-2, "bf16_cudagraph": 3e-2}
+
+
+def modes(device: torch.device) -> list[str]:
+    return ["fp32", "bf16", "bf16_cudagraph"] if device.type == "cuda" else ["fp32"]
+
+
+def one_update(loss, stepped, batch, mode: str) -> tuple[dict, dict]:
+    """Loss entries and gradients of one stepper update (SGD at lr 0: the weights stay),
+    with fixed draws; the loss's buffers are put back afterwards."""
+    stepper = DreamerV3OptimizationStepper(
+        stepped,
+        torch.optim.SGD(loss.parameters(), lr=0.0),
+        None,
+        compile_train_step=False,
+        cudagraph=mode == "bf16_cudagraph",
+        mixed_precision=mode != "fp32",
+    )
+    saved = [buffer.clone() for buffer in loss.buffers()]
+    with same_draws():
+        if mode == "bf16_cudagraph":
+            stepper.warmup(batch.clone())
+        torch.manual_seed(3)
+        out = stepper.step(None, batch.clone())
+    losses = {
+        k: v.float().clone() for k, v in out.items() if isinstance(k, str) and k[:5] == "loss_"
+    }
+    grads = {n: p.grad.float().clone() for n, p in loss.named_parameters() if p.grad is not None}
+    with torch.no_grad():
+        for buffer, value in zip(loss.buffers(), saved):
+            buffer.copy_(value)
+    return losses, grads
+
+
+def compare(kind: str, mode: str, device: torch.device) -> dict:
+    overrides = AGENTS[kind]
+    cfg = load(["experiment=smoke", "learner.device=cpu", *(overrides or [])])
+    if overrides is None:
+        spaces, batch = MULTI_KEY, synthetic_batch(MULTI_KEY, cfg.replay.batch, cfg.replay.length)
+    else:
+        spaces, batch = real_batch(cfg, cfg.replay.batch, cfg.replay.length)
+    torch.manual_seed(0)
+    loss = build_agent(cfg.model, cfg.learner, spaces).loss.to(device)
+    batch = batch.to(device)
+    theirs, their_grads = one_update(loss, loss, batch, mode)
+    ours, our_grads = one_update(loss, FusedDreamerV3Loss(loss), batch, mode)
+    loss_error = max(
+        float((ours[k] - v).abs().max() / v.abs().max().clamp_min(1e-6)) for k, v in theirs.items()
+    )
+    grad_error = max(
+        float((our_grads[n] - g).norm() / g.norm().clamp_min(1e-12)) for n, g in their_grads.items()
+    )
+    same_keys = ours.keys() == theirs.keys() and our_grads.keys() == their_grads.keys()
+    tolerance = TOLERANCE[mode]
+    return {
+        "loss_rel_error": loss_error,
+        "grad_rel_error": grad_error,
+        "same_entries": same_keys,
+        "equal": same_keys and loss_error <= tolerance and grad_error <= tolerance,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    report = {"device": str(device), "tolerance": TOLERANCE, "modes": {}}
+    started = time.monotonic()
+    for mode in modes(device):
+        report["modes"][mode] = {kind: compare(kind, mode, device) for kind in AGENTS}
+        for kind, row in report["modes"][mode].items():
+            print(
+                f"{mode:>15} {kind:>18}: loss {row['loss_rel_error']:.2e}, "
+                f"grad {row['grad_rel_error']:.2e}, equal {row['equal']}",
+                flush=True,
+            )
+    report["equal"] = all(r["equal"] for rows in report["modes"].values() for r in rows.values())
+    report["seconds"] = round(time.monotonic() - started, 1)
+    print("fused equal to torchrl's in every mode:", report["equal"])
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""Files replaced whole or not at all: the new content goes to a temporary file beside
+the old one, reaches the disk (fsync), and is renamed over it; the folder is synced so
+the rename survives a power loss. A failed write leaves the old file and no temporary."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+TEMPORARY = ".{name}.tmp"  # what a crash mid-write leaves (rundir removes them)
+
+
+def temporary_of(path: Path) -> Path:
+    return path.with_name(TEMPORARY.format(name=path.name))
+
+
+@contextlib.contextmanager
+def replacing(path: Path) -> Iterator[BinaryIO]:
+    """A binary handle for ``path``'s new content; it replaces ``path`` when the block
+    ends without an error."""
+    temporary = temporary_of(path)
+    try:
+        with temporary.open("wb") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    os.replace(temporary, path)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+
+
+def replace_text(path: Path, text: str) -> None:
+    with replacing(path) as handle:
+        handle.write(text.encode("utf-8"))

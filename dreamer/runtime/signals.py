@@ -1,0 +1,69 @@
+"""How a run stops and says so: ``StopSignals`` turns SIGTERM/SIGUSR1 (SLURM's preemption
+and time-limit warnings) into a checkpoint and ``REQUEUE_EXIT``; ``children_keep_signals``
+gives child processes started while it is installed the handling the run's first
+children got."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+
+REQUEUE_EXIT = 75  # EX_TEMPFAIL: checkpointed after SIGTERM/SIGUSR1/SIGUSR2; rerun to resume
+INTERRUPT_EXIT = 130  # checkpointed after Ctrl-C
+STOPPED_FILE = "stopped"
+
+
+class StopSignals:
+    """Turns SIGTERM/SIGUSR1/SIGUSR2 into a flag the loop checks between updates
+    (SLURM's preemption signal is USR1 in slurm/*.sbatch, USR2 from submitit)."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+    installed: StopSignals | None = None  # the one in effect in this process
+
+    def __init__(self):
+        self.received: int | None = None
+        self._previous: dict[int, object] = {}
+
+    def _handle(self, signum, frame) -> None:
+        self.received = signum
+
+    def __enter__(self) -> StopSignals:
+        for signum in self.SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._handle)
+        StopSignals.installed = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        StopSignals.installed = None
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+    def ignored(self) -> list[int]:
+        """The stop signals this process ignored before (slurm/node.sh ignores USR1)."""
+        return [signum for signum, handler in self._previous.items() if handler == signal.SIG_IGN]
+
+
+@contextlib.contextmanager
+def children_keep_signals():
+    """Processes started inside (a replaced collector, a relaunched evaluation process,
+    a new render pool) ignore what the run's first children ignore.
+
+    The first children start before ``StopSignals`` and inherit SIG_IGN for what the
+    launcher ignores (USR1 under SLURM, which signals every process of the job step).
+    Later ones would start with the default action (exec resets the handler), and a
+    preemption would kill them before the checkpoint. Changing the disposition around a
+    start would lose a signal arriving meanwhile, so these signals are blocked in the
+    starting thread instead: the children (and their threads) inherit the blocked mask,
+    so they never act on them, and this process takes a pending one when the mask is
+    restored."""
+    stop = StopSignals.installed
+    blocked = stop.ignored() if stop is not None else []
+    if not blocked:
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)

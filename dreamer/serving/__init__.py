@@ -1,0 +1,1 @@
+"""A trained agent acting outside training: ``Policy`` (``from dreamer import Policy``)."""

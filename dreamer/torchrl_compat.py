@@ -1,0 +1,132 @@
+"""Every use of torchrl's private parts, in one module, each with why it is needed.
+
+torchrl is pinned exactly (``torchrl==0.14.1``); an upgrade audits this file and nothing
+else. Names are torchrl's without the underscore; functions take the public object and
+reach the private attribute.
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict
+from tensordict.nn import InteractionType
+from torchrl.modules.models.model_based import (
+    _dreamer_v3_conv_init,
+    _dreamer_v3_init,
+    _DreamerV3BlockLinear,
+    _DreamerV3ChannelRMSNorm,
+    _DreamerV3RMSNorm,
+    _straight_through_categorical,
+)
+from torchrl.objectives.dreamer_v3 import _match_trailing_dim, _replay_value_target
+
+# -- the DreamerV3 building blocks our own networks are made of (the multi-key
+# encoder/decoder, the official-style CNN, the masked actor) and that the fused rollout
+# recognises in torchrl's: torchrl exports the networks, not their layers and inits
+dreamer_v3_init = _dreamer_v3_init  # the official's truncated-normal init, linear layers
+dreamer_v3_conv_init = _dreamer_v3_conv_init  # the same for convolutions
+BlockLinear = _DreamerV3BlockLinear  # the block-diagonal GRU layer
+ChannelRMSNorm = _DreamerV3ChannelRMSNorm  # RMS norm over a feature map's channels
+RMSNorm = _DreamerV3RMSNorm
+
+# -- the loss's pieces the fused rollout computes torchrl's way, so the two rollouts
+# stay equal (tests/test_fused.py) without a copy of torchrl's code
+straight_through_categorical = _straight_through_categorical  # the RSSM state draw
+match_trailing_dim = _match_trailing_dim  # log-prob/entropy shapes against the returns
+replay_value_target = _replay_value_target  # the replay-value term's lambda returns
+
+
+def dist_sample(dist_module, dist) -> torch.Tensor:
+    """A draw from the actor's distribution as torchrl's actor loss makes it (rsample or
+    sample, per the module's settings): the fused imagination keeps its random stream."""
+    return dist_module._dist_sample(dist, InteractionType.RANDOM)
+
+
+def return_scale(actor_loss, lambda_target: torch.Tensor) -> torch.Tensor:
+    """The actor loss's return normaliser (its percentile statistics updated in place)."""
+    return actor_loss._return_scale(lambda_target)
+
+
+def reduce_loss(value_loss, loss: torch.Tensor) -> torch.Tensor:
+    """The value loss's reduction (its ``reduction`` setting) of per-step losses."""
+    return value_loss._reduce_loss(loss)
+
+
+def update_belief(prior, state, belief, action) -> torch.Tensor:
+    """One step of the prior's GRU on tensors: the acting step runs it without the
+    TensorDict wrapper torchrl's public forward needs."""
+    return prior._update_belief(state, belief, action)
+
+
+# -- the collector's parts torchrl builds and does not expose
+
+
+def collector_transport(collector):
+    """The transport the ``AsyncBatchedCollector`` chose: a thread fallback (its policy
+    inputs did not match the env) must be refused, and only this says so."""
+    return collector._transport
+
+
+def collector_server_backend(collector) -> str:
+    return collector._server_backend
+
+
+def inference_server(collector):
+    """The collector's inference server: its liveness and a weight push with our own
+    time-out (``update_policy_weights_`` waits 300 s on a stopped process)."""
+    return collector._server
+
+
+def worker_pids(collector) -> list[int]:
+    return [worker.pid for worker in collector._workers]
+
+
+def inference_server_process(collector):
+    """The server's ``multiprocessing.Process``: its pid for the log, its exit code to
+    tell a killed server from one torchrl shut down after a worker failed."""
+    return collector._server._process
+
+
+# -- the Evaluator's process backend: a thread driving a one-worker collector, built at
+# the first trigger; a dead eval process is seen only through them
+
+
+def evaluator_collector(evaluator):
+    return getattr(evaluator._backend, "_collector", None)
+
+
+def evaluator_thread(evaluator):
+    return getattr(evaluator._backend, "_thread", None)
+
+
+# -- storage
+
+
+def reopen_memmap(storage, path, length: int) -> None:
+    """Map a ``LazyMemmapStorage``'s files again after a restart, holding ``length``
+    items: torchrl has no public "open existing memmap"."""
+    storage._storage = TensorDict.load_memmap(path)
+    storage.initialized = True
+    storage._len = length
+
+
+def gym_env(env):
+    """The gymnasium env inside torchrl's ``GymWrapper`` (None for another env)."""
+    return getattr(env, "_env", None)
+
+
+def mlflow_logger(resume_id: str | None):
+    """torchrl's ``MLFlowLogger``, resuming the MLflow run ``resume_id`` if given: its
+    run is started in the private ``_create_experiment``, which has no run-id knob."""
+    import mlflow
+    from torchrl.record.loggers.mlflow import MLFlowLogger
+
+    class Resumable(MLFlowLogger):
+        def _create_experiment(self):
+            if resume_id is None:
+                return super()._create_experiment()
+            run = mlflow.start_run(run_id=resume_id)
+            self.id = run.info.experiment_id
+            return run
+
+    return Resumable

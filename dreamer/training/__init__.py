@@ -1,0 +1,2 @@
+"""A training run assembled from its config: its parts, its run directory, warm
+starts and sweeps."""

@@ -1,0 +1,37 @@
+"""Losses and gradients of one forward/backward through torchrl's stepper: how the
+fused rollout is held equal to torchrl's (tests and the GPU check use it alike)."""
+
+from __future__ import annotations
+
+import torch
+
+from tests.ddp_updates import same_draws
+
+RTOL = 1e-5
+
+
+def losses_and_gradients(loss_module, stepper_loss, sample, fixed: bool):
+    """One forward/backward of ``stepper_loss`` (``loss_module`` owns the parameters);
+    the loss's buffers (return statistics) are put back afterwards so both paths start
+    from the same state. ``fixed``: fixed draws (uniforms 0.5, the most likely choice)."""
+    from torchrl.trainers.algorithms import DreamerV3OptimizationStepper
+
+    optimizer = torch.optim.SGD(loss_module.parameters(), lr=0.0)
+    stepper = DreamerV3OptimizationStepper(
+        stepper_loss, optimizer, None, compile_train_step=False, cudagraph=False
+    )
+    saved = [b.clone() for b in loss_module.buffers()]
+    for p in loss_module.parameters():
+        p.grad = None
+    torch.manual_seed(3)
+    if fixed:
+        with same_draws():
+            out = stepper._forward_backward(stepper._prepare_sample(sample.clone()))
+    else:
+        out = stepper._forward_backward(stepper._prepare_sample(sample.clone()))
+    grads = {n: p.grad.clone() for n, p in loss_module.named_parameters() if p.grad is not None}
+    buffers = [b.clone() for b in loss_module.buffers()]
+    with torch.no_grad():
+        for b, s in zip(loss_module.buffers(), saved):
+            b.copy_(s)
+    return out, grads, buffers
