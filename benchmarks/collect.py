@@ -48,7 +48,7 @@ from dreamer.data.collect import (  # noqa: E402
     env_seeds,
     make_collector,
 )
-from dreamer.envs import describe_env, make_env  # noqa: E402
+from dreamer.envs.make import describe_env, make_env  # noqa: E402
 from dreamer.runtime.cores import usable_cores  # noqa: E402
 
 ENVS = {"crafter": ["env=crafter"], "cartpole": ["env=cartpole"]}

@@ -49,7 +49,7 @@ def chunk_message():
 
     from dreamer.agent.build import latent_sizes
     from dreamer.config import load
-    from dreamer.envs import make_env
+    from dreamer.envs.make import make_env
 
     cfg = load(["env=crafter", "model=size1m"])
     latent = latent_sizes(cfg.model)

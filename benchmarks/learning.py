@@ -176,8 +176,8 @@ def random_reference(check: Check, overrides: list[str], episodes: int) -> float
     from omegaconf import OmegaConf
 
     from dreamer.config import load
-    from dreamer.envs import make_env
     from dreamer.envs.crafter import ACHIEVEMENTS
+    from dreamer.envs.make import make_env
     from dreamer.evaluation.runner import summarize
 
     cfg = load([*check.overrides, *overrides])

@@ -23,7 +23,7 @@ from dreamer.agent.build import latent_sizes
 from dreamer.agent.spaces import spaces_from_env
 from dreamer.config import load
 from dreamer.data.replay import ENV_INDEX, SequenceReplay, replay_keys
-from dreamer.envs import make_env
+from dreamer.envs.make import make_env
 
 
 def bytes_per_slot(replay: SequenceReplay) -> float:

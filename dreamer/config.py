@@ -21,7 +21,13 @@ from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from dreamer.envs import registry
+from dreamer.envs.registry import EnvSettings
 from dreamer.errors import ConfigError
+from dreamer.schema import TRISTATE, check_field, check_section
+from dreamer.schema import TYPE_NAMES as _KINDS
+from dreamer.schema import f as _f
+from dreamer.schema import strings as _list
 
 # the YAML presets: conf/ at the top of a checkout, the package dreamer.conf in a wheel
 _HERE = Path(__file__).resolve().parent
@@ -33,56 +39,8 @@ USAGE = (
 )
 
 
-def _f(default: Any = MISSING, check: str | None = None, choices: tuple[str, ...] = ()) -> Any:
-    """A schema field; ``check``: '>= 1', '> 0', '[0, 1)', ...; ``choices``: allowed strings."""
-    return field(default=default, metadata={"check": check, "choices": choices})
-
-
-def _list(default: list[str]) -> Any:
-    """A list-of-strings schema field (checked in ``_validate``)."""
-    return field(default_factory=lambda: list(default), metadata={"check": None, "choices": ()})
-
-
-TRISTATE = ("auto", "true", "false")
 WARM_START_PARTS = ("world_model", "actor", "critic", "optimizer")
 LOGGERS = ("jsonl", "tensorboard", "wandb", "mlflow")
-
-
-@dataclass
-class EnvConfig:
-    name: str = _f(choices=("atari", "cartpole", "crafter", "cue", "dmc", "gym", "minedojo"))
-    id: str = _f()  # gymnasium id (cartpole, gym); "crafter" for crafter
-    size: int = _f(
-        64, ">= 0"
-    )  # image side (crafter, cue pixels, dmc, atari; gym: resize, 0 = keep)
-    gray: bool = _f(False)  # gym, atari: gray images (one channel)
-    repeat: int = _f(1, ">= 1")  # gym, dmc, atari: action repeat (env steps per agent step)
-    cues: int = _f(4, ">= 2")  # number of cues (cue only)
-    pixels: bool = _f(False)  # cue: the cue as an image; gym: render the env to frames
-    kwargs: dict[str, Any] = field(default_factory=dict, metadata={"check": None, "choices": ()})
-    length: int = _f(check=">= 0")  # episode step cap; 0 = the env's own limit
-    reward_scale: float = _f(1.0, "> 0")
-    # dmc only (task is shared with minedojo)
-    obs: str = _f("proprio", choices=("proprio", "vision", "both"))
-    # atari only
-    game: str = _f("pong")  # an ale-py ROM name: pong, ms_pacman, ...
-    sticky: bool = _f(False)  # repeat the previous action with probability 0.25
-    noops: int = _f(0, ">= 0")  # up to this many random no-op frames after a reset
-    lives: str = _f("unused", choices=("unused", "reset"))  # reset: a lost life ends it
-    pooling: int = _f(1, ">= 1")  # max over the last this many frames of a repeat
-    actions: str = _f("all", choices=("all", "minimal"))
-    # minedojo only
-    task: str = _f("harvest_milk")  # MineDojo task id; dmc: <domain>_<task>, e.g. walker_walk
-    image_size: int = _f(64, ">= 16")
-    world_seed: int = _f(0)
-    break_speed: float = _f(100.0, "> 0")  # MineDojo's break_speed_multiplier
-    sticky_attack: int = _f(30, ">= 0")  # steps an attack keeps going
-    sticky_jump: int = _f(10, ">= 0")  # steps a jump keeps going
-    pitch_limit: float = _f(60.0, "(0, 90]")  # camera pitch kept within +- degrees
-    max_steps: int = _f(0, ">= 0")  # episode cap, ends as truncation; 0 = none
-    fast_reset: bool = _f(True)
-    milestone_reward: bool = _f(False)  # +1 the first time each item is obtained
-    launch_timeout: float = _f(600.0, "> 0")  # seconds to wait for the launch lock
 
 
 @dataclass
@@ -234,7 +192,7 @@ class LoggerConfig:
 
 @dataclass
 class Config:
-    env: EnvConfig = field(default_factory=EnvConfig)
+    env: EnvSettings = field(default_factory=EnvSettings)  # a kind's own: dreamer/envs/
     model: ModelConfig = field(default_factory=ModelConfig)
     run: RunConfig = field(default_factory=RunConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
@@ -244,21 +202,31 @@ class Config:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
 
 
-def installed(module: str) -> bool:
-    """Is ``module`` importable here (a package an env or tracker needs)?"""
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ValueError:  # sys.modules[module] is None: imports of it are blocked
-        return False
-
-
-_KINDS = {int: "an integer", float: "a number", bool: "a boolean", str: "a string"}
+def _env_keys(env_name: str | None) -> dict[str, Any]:
+    """The ``env.*`` keys and their types: of ``env=<env_name>``, or of every env kind
+    (before composition, when the kind is not known yet)."""
+    names = [env_name] if env_name else list(registry.KINDS)
+    keys: dict[str, Any] = {}
+    for name in names:
+        for key, kind in typing.get_type_hints(registry.settings(name)).items():
+            keys.setdefault(key, kind)
+    return keys
 
 
-def _schema_type(key: str) -> Any:
-    """The schema type at dotted ``key`` (a dataclass for a section); ConfigError if unknown."""
+def _schema_type(key: str, env_name: str | None = None) -> Any:
+    """The schema type at dotted ``key`` (a dataclass for a section); ConfigError if unknown.
+    ``env.*`` keys are the env kind's (``env_name``), or any kind's when it is None."""
+    section, _, rest = key.partition(".")
+    if section == "env" and rest:
+        keys = _env_keys(env_name)
+        name = rest.split(".")[0]
+        if name not in keys:
+            where = f"under env (env={env_name})" if env_name else "under env"
+            allowed = ", ".join(sorted(keys))
+            raise ConfigError(f"{key}: unknown key; allowed keys {where}: {allowed}")
+        if "." in rest:
+            raise ConfigError(f"{key}: unknown key; env.{name} is a value, not a section")
+        return keys[name]
     node: Any = Config
     for i, part in enumerate(key.split(".")):
         parent = ".".join(key.split(".")[:i])
@@ -335,13 +303,13 @@ def _parsed(override: str) -> tuple[str, Any]:
     return parsed.key_or_group, parsed.value()
 
 
-def _wrong_type(key: str, value: Any) -> ConfigError:
-    kind = _schema_type(key)
+def _wrong_type(key: str, value: Any, env_name: str | None = None) -> ConfigError:
+    kind = _schema_type(key, env_name)
     kind = next((t for t in typing.get_args(kind) if t is not type(None)), kind)  # Optional
     return ConfigError(f"{key}: expected {_KINDS.get(kind, 'another type')}, got {value!r}")
 
 
-def _composition_error(e: Exception) -> ConfigError:
+def _composition_error(e: Exception, env_name: str | None = None) -> ConfigError:
     """Turn a Hydra/OmegaConf exception into a one-line ConfigError."""
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
@@ -352,43 +320,13 @@ def _composition_error(e: Exception) -> ConfigError:
     if not key:
         return ConfigError(str(e).strip().splitlines()[0])
     if isinstance(cause, ConfigAttributeError | ConfigKeyError):  # e.g. stray key in a preset
-        _schema_type(key)  # raises the usual "unknown key; allowed keys ..." error
+        _schema_type(key, env_name)  # raises the usual "unknown key; allowed keys ..." error
     if isinstance(cause, ValidationError):
-        return _wrong_type(key, cause.value)
+        return _wrong_type(key, cause.value, env_name)
     return ConfigError(f"{key}: {str(cause).splitlines()[0]}")
 
 
 # --------------------------------------------------------------------------- validation
-
-
-def _in_range(value: float, check: str) -> bool:
-    """``check`` is '>= b', '> b' or an interval such as '[0, 1)' or '(0, 1]'."""
-    if check[0] == ">":
-        op, bound = check.split()
-        return value >= float(bound) if op == ">=" else value > float(bound)
-    lo, hi = (float(x) for x in check[1:-1].split(","))
-    above = value >= lo if check[0] == "[" else value > lo
-    return above and (value <= hi if check[-1] == "]" else value < hi)
-
-
-def _check_section(prefix: str, cls: type, node: DictConfig) -> None:
-    for f in dataclasses.fields(cls):
-        kind = typing.get_type_hints(cls)[f.name]
-        if dataclasses.is_dataclass(kind):
-            _check_section(f"{prefix}.{f.name}", kind, node[f.name])
-            continue
-        if f.metadata["choices"] == TRISTATE:  # Hydra reads `true` as a boolean: 'True' here
-            node[f.name] = str(node[f.name]).lower()
-        _check_field(f"{prefix}.{f.name}", node[f.name], f.metadata)
-
-
-def _check_field(key: str, value: Any, metadata: Mapping) -> None:
-    choices, check = metadata["choices"], metadata["check"]
-    if choices and value not in choices:
-        raise ConfigError(f"{key}: unknown option {value!r}; allowed: {', '.join(choices)}")
-    if check and value is not None and not _in_range(value, check):
-        bound = check if check[0] == ">" else f"in {check}"
-        raise ConfigError(f"{key}: must be {bound}, got {value}")
 
 
 def check_value(override: str) -> tuple[str, Any]:
@@ -414,7 +352,7 @@ def check_value(override: str) -> tuple[str, Any]:
     field_ = next(
         f for f in dataclasses.fields(typing.get_type_hints(Config)[section]) if f.name == name
     )
-    _check_field(key, node[name], field_.metadata)
+    check_field(key, node[name], field_.metadata)
     return key, node[name]
 
 
@@ -503,8 +441,8 @@ def _validate(cfg: DictConfig, ranks: int) -> None:
         raise ConfigError(f"env.id: required for env={cfg.env.name}; e.g. env.id=CartPole-v1")
     if missing:
         raise ConfigError(f"{missing[0]}: missing value; set it with {missing[0]}=...")
-    for section, cls in typing.get_type_hints(Config).items():
-        _check_section(section, cls, cfg[section])
+    for section in typing.get_type_hints(Config):
+        check_section(section, OmegaConf.get_type(cfg[section]), cfg[section])
     _check_world(cfg, ranks)
     m, r, envs = cfg.model, cfg.replay, cfg.run.envs // ranks
     if m.deter % m.blocks or m.hidden % m.blocks:
@@ -520,18 +458,23 @@ def _validate(cfg: DictConfig, ranks: int) -> None:
     _check_collector(cfg.collector, envs)
     _check_learner(cfg.learner, r.length)
     _check_lists(cfg)
-    if cfg.env.name in ("atari", "crafter", "cue", "dmc") and cfg.env.size < 16:
-        raise ConfigError(f"env.size: must be >= 16 for env={cfg.env.name}, got {cfg.env.size}")
 
 
 # --------------------------------------------------------------------------- public API
 
 
 def register_schema() -> None:
-    """Register the schema with Hydra's ConfigStore as ``dreamer_schema`` (idempotent)."""
+    """Register the schema with Hydra's ConfigStore as ``dreamer_schema`` (idempotent):
+    every section typed but ``env``, which its kind types once composed (``finish``)."""
     from hydra.core.config_store import ConfigStore
 
-    ConfigStore.instance().store(name="dreamer_schema", node=Config)
+    sections = typing.get_type_hints(Config)
+    node = OmegaConf.create(
+        {name: OmegaConf.structured(cls) for name, cls in sections.items() if name != "env"}
+    )
+    node.env = {}
+    OmegaConf.set_struct(node.env, False)  # an override of another kind's key reaches finish
+    ConfigStore.instance().store(name="dreamer_schema", node=node)
 
 
 def resolved_logdir(cfg: DictConfig) -> Path:
@@ -582,14 +525,13 @@ def finish(composed: DictConfig, dict_values: Mapping[str, Any] = {}) -> DictCon
     from omegaconf.errors import OmegaConfBaseException
 
     sections = list(typing.get_type_hints(Config))
+    env_name = OmegaConf.select(composed, "env.name")
     try:
-        cfg = OmegaConf.merge(
-            OmegaConf.structured(Config), OmegaConf.masked_copy(composed, sections)
-        )
+        cfg = OmegaConf.merge(schema(env_name), OmegaConf.masked_copy(composed, sections))
         for key, value in dict_values.items():
             OmegaConf.update(cfg, key, value, merge=False)
     except OmegaConfBaseException as e:
-        raise _composition_error(e) from None
+        raise _composition_error(e, env_name) from None
     from dreamer.runtime.dist import World
 
     _validate(cfg, World.from_environment().size)
@@ -597,6 +539,20 @@ def finish(composed: DictConfig, dict_values: Mapping[str, Any] = {}) -> DictCon
     OmegaConf.set_struct(cfg, True)
     OmegaConf.set_readonly(cfg, True)
     return cfg
+
+
+def schema(env_name: str) -> DictConfig:
+    """The structured config of a run on ``env=<env_name>``: every section's dataclass,
+    the env section that kind's settings (``dreamer/envs/registry.py``)."""
+    node = OmegaConf.structured(Config)
+    node.env = OmegaConf.structured(registry.settings(env_name))
+    return node
+
+
+def saved(path: Path) -> DictConfig:
+    """A run directory's ``config.yaml`` typed by the schema (``dreamer.evaluate``)."""
+    stored = OmegaConf.load(path)
+    return OmegaConf.merge(schema(stored.env.name), stored)
 
 
 # Keys a resumed run may change; everything else must match the run directory's config.
@@ -674,11 +630,14 @@ def usage() -> str:
     lines = [USAGE, "", "groups (group=option):"]
     lines += [f"  {g:<11} {' | '.join(_options(g))}" for g in GROUPS]
     lines += ["", "keys (section.key=value; schema defaults shown, the rest come from the group):"]
-    for section, cls in _sections(Config):
+    kinds = [(f"env ({name})", registry.settings(name)) for name in registry.KINDS]
+    for section, cls in _sections(Config)[:1] + kinds + _sections(Config)[1:]:
         hints = typing.get_type_hints(cls)
         fields = [f for f in dataclasses.fields(cls) if not dataclasses.is_dataclass(hints[f.name])]
+        if section.startswith("env ("):  # a kind's own keys; env: the common ones
+            fields = [f for f in fields if f.name not in typing.get_type_hints(EnvSettings)]
         shown = [f.name if _default(f) is MISSING else f"{f.name}={_default(f)}" for f in fields]
-        lines.append(f"  {section + ':':<11} " + " ".join(shown))
+        lines.append(f"  {section + ':':<16} " + " ".join(shown))
     lines += ["", "--cfg job   print the resolved config as YAML and exit"]
     lines += ["-m          a sweep: key=a,b runs a job per value (hydra/launcher=slurm: on SLURM)"]
     return "\n".join(lines)

@@ -17,9 +17,9 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from dreamer.agent.build import build_agent
-from dreamer.config import Config, check_value, parse_args
+from dreamer.config import check_value, parse_args, saved
 from dreamer.data.replay import SequenceReplay
-from dreamer.envs import describe_env, env_config
+from dreamer.envs.make import describe_env, env_config
 from dreamer.errors import ConfigError
 from dreamer.evaluation.render import RenderPool, pool_size
 from dreamer.evaluation.reports import submit_reports
@@ -45,7 +45,7 @@ def evaluate(logdir: Path, reports: bool = False, **eval_overrides) -> EvalResul
     ``episodes=2``); with ``reports``, also writes ``<logdir>/eval/<step>/``."""
     found = checkpoint.find(logdir, eval_overrides.get("checkpoint"))
     state = checkpoint.load(found)
-    cfg = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(logdir / "config.yaml"))
+    cfg = saved(logdir / "config.yaml")
     cfg.eval = OmegaConf.merge(cfg.eval, eval_overrides)
     env = env_config(cfg.env, logdir)
     spaces, achievements = describe_env(env, cfg.run.seed)

@@ -9,7 +9,7 @@ from dreamer.agent.build import latent_sizes
 from dreamer.agent.masked import Head
 from dreamer.agent.spaces import EnvSpaces, ObsKey, spaces_from_env
 from dreamer.data.replay import SequenceReplay, replay_keys
-from dreamer.envs import make_env
+from dreamer.envs.make import make_env
 
 
 def real_batch(cfg, batch: int, length: int, seed: int = 0):

@@ -12,7 +12,7 @@ from dreamer.agent.acting import env_action
 from dreamer.agent.build import build_agent, latent_sizes
 from dreamer.agent.spaces import spaces_from_env
 from dreamer.config import load
-from dreamer.envs import action_note, make_env
+from dreamer.envs.make import action_note, make_env
 
 LOW, HIGH = np.array([0.0, -10.0], np.float32), np.array([5.0, 10.0], np.float32)
 

@@ -7,8 +7,9 @@ import yaml
 from omegaconf import OmegaConf
 
 from dreamer.config import load
-from dreamer.envs import make_env
-from dreamer.envs.atari import ale_id, make_atari
+from dreamer.envs.atari import ale_id
+from dreamer.envs.atari import make as make_atari
+from dreamer.envs.make import make_env
 from tests.runs import read_metrics, run_trainer
 
 ale_py = pytest.importorskip("ale_py")

@@ -5,7 +5,7 @@ exit 1 and one line naming the env, the key and the step, never a hung run."""
 import pytest
 import torch
 
-from dreamer.envs import RESTART_KEY, make_env
+from dreamer.envs.make import RESTART_KEY, make_env
 from tests.runs import run_trainer
 
 BAD = {

@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from dreamer.agent.build import latent_sizes
 from dreamer.config import load
 from dreamer.data.collect import MEASURED, MEASURED_ON, env_seeds, make_collector, path_note
-from dreamer.envs import describe_env, make_env
+from dreamer.envs.make import describe_env, make_env
 
 ROOT = Path(__file__).resolve().parent.parent
 ENVS = 2

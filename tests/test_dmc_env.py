@@ -9,8 +9,8 @@ import torch
 from omegaconf import OmegaConf
 
 from dreamer.config import load
-from dreamer.envs import make_env
 from dreamer.envs.dmc import DMCEnv, choose_gl_backend
+from dreamer.envs.make import make_env
 from dreamer.errors import ConfigError
 from dreamer.runtime import checkpoint
 from tests.runs import ROOT, forked_runs, read_metrics, run_trainer

@@ -10,7 +10,7 @@ import pytest
 import torch
 from PIL import Image
 
-from dreamer.envs import describe_env, make_env
+from dreamer.envs.make import describe_env, make_env
 from dreamer.errors import ConfigError
 
 

@@ -12,11 +12,12 @@ import dreamer
 PACKAGE = Path(dreamer.__file__).parent
 # lowest first; a module may import its own layer and the layers before it
 LAYERS = [
-    {"dreamer.errors", "dreamer.torchrl_compat"},
+    {"dreamer.errors", "dreamer.schema", "dreamer.torchrl_compat"},
     {"dreamer.runtime"},
-    {"dreamer.config"},
     {"dreamer.agent"},
-    {"dreamer.envs", "dreamer.outputs"},
+    {"dreamer.envs"},
+    {"dreamer.config"},
+    {"dreamer.outputs"},
     {"dreamer.data", "dreamer.learning", "dreamer.serving"},
     {"dreamer.evaluation"},
     {"dreamer.training"},
@@ -67,7 +68,8 @@ def test_every_module_sits_in_a_layer_and_imports_no_layer_above_its_own():
 
 def test_the_package_top_holds_only_the_commands_the_config_and_the_errors():
     top = {path.stem for path in PACKAGE.glob("*.py")}
-    assert top == {"__init__", "train", "evaluate", "export", "config", "errors", "torchrl_compat"}
+    commands = {"__init__", "train", "evaluate", "export"}
+    assert top == commands | {"config", "errors", "schema", "torchrl_compat"}
     for folder in (p for p in PACKAGE.iterdir() if (p / "__init__.py").exists()):
         docstring = ast.get_docstring(ast.parse((folder / "__init__.py").read_text()))
         assert docstring, f"{folder.name}/__init__.py says what the folder holds"

@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 from dreamer.agent.build import build_agent
 from dreamer.config import load
-from dreamer.envs import make_env
+from dreamer.envs.make import make_env
 from dreamer.learning.learner import Learner, NonFiniteError, learner_modes
 from tests.batches import real_batch
 

@@ -179,7 +179,7 @@ def test_missing_minedojo_is_one_line_exit_2(tmp_path):
     )
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0
-    assert "env: minedojo is not installed" in result.stderr and "pip install" in result.stderr
+    assert "env: minedojo needs minedojo; install it with pip install" in result.stderr
     assert not (tmp_path / "r").exists()
 
 

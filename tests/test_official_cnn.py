@@ -14,7 +14,7 @@ from dreamer.agent.cnn import PoolingImageEncoder, UpsamplingImageDecoder
 from dreamer.agent.networks import CNN_MULTS, MultiDecoder, MultiEncoder
 from dreamer.agent.spaces import EnvSpaces, ObsKey
 from dreamer.config import load
-from dreamer.envs import make_env
+from dreamer.envs.make import make_env
 from dreamer.learning.fused import FusedDreamerV3Loss
 from dreamer.learning.learner import Learner
 from dreamer.serving.policy import acting_weights

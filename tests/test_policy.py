@@ -19,7 +19,7 @@ from dreamer import Policy, config
 from dreamer.agent.acting import env_action
 from dreamer.agent.build import build_agent, latent_sizes
 from dreamer.agent.spaces import spaces_to_dict
-from dreamer.envs import describe_env, env_config, make_env
+from dreamer.envs.make import describe_env, env_config, make_env
 from dreamer.export import main as export_main
 from dreamer.runtime import checkpoint
 from tests.runs import run_trainer

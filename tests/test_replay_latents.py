@@ -11,7 +11,7 @@ from dreamer.agent.build import build_agent, latent_sizes
 from dreamer.agent.spaces import spaces_from_env
 from dreamer.config import load
 from dreamer.data.replay import ENV_INDEX, SequenceReplay
-from dreamer.envs import make_env
+from dreamer.envs.make import make_env
 from dreamer.learning.fused import FusedDreamerV3Loss
 from dreamer.learning.learner import Learner
 from tests.batches import real_batch

@@ -21,7 +21,7 @@ from torchrl.modules.inference_server import (
 from dreamer import torchrl_compat as compat
 from dreamer.agent.build import build_acting
 from dreamer.agent.spaces import EnvSpaces
-from dreamer.envs import make_env
+from dreamer.envs.make import make_env
 from dreamer.errors import ConfigError
 from dreamer.runtime.checkpoint import rng_kept
 from dreamer.runtime.cores import allowed_cores, usable_cores

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDictBase
 
-from dreamer.envs import ACHIEVEMENTS_KEY, RESTART_KEY
+from dreamer.envs.make import ACHIEVEMENTS_KEY, RESTART_KEY
 
 
 class EpisodeStats:

@@ -10,9 +10,14 @@ over the last ``env.pooling`` frames, ``env.sticky`` (repeat-action probability 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import gymnasium
 
+from dreamer.envs.registry import EnvSettings
 from dreamer.envs.wrappers import ActionRepeat, ImageObservation, NoopStart
+from dreamer.errors import ConfigError
+from dreamer.schema import f
 
 MAX_FRAMES = 108_000  # 30 minutes of play, the official length
 
@@ -44,7 +49,7 @@ class LifeLossEnds(gymnasium.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
-def make_atari(env: dict, seed: int) -> gymnasium.Env:
+def make(env, seed: int) -> gymnasium.Env:
     import ale_py
 
     gymnasium.register_envs(ale_py)
@@ -64,3 +69,22 @@ def make_atari(env: dict, seed: int) -> gymnasium.Env:
     # one key name whatever the channels (torchrl would say "pixels" or "observation")
     named = gymnasium.spaces.Dict({"image": wrapped.observation_space})
     return gymnasium.wrappers.TransformObservation(wrapped, lambda obs: {"image": obs}, named)
+
+
+@dataclass
+class Settings(EnvSettings):
+    game: str = f("pong")  # an ale-py ROM name: pong, ms_pacman, ...
+    size: int = f(64, ">= 16")  # image side
+    gray: bool = f(False)  # one channel
+    repeat: int = f(4, ">= 1")  # frames per action
+    sticky: bool = f(False)  # repeat the previous action with probability 0.25
+    noops: int = f(0, ">= 0")  # up to this many random no-op frames after a reset
+    lives: str = f("unused", choices=("unused", "reset"))  # reset: a lost life ends it
+    pooling: int = f(1, ">= 1")  # max over the last this many frames of a repeat
+    actions: str = f("all", choices=("all", "minimal"))
+
+
+def check(env) -> None:
+    if env["game"] not in game_names():
+        names = ", ".join(game_names())
+        raise ConfigError(f"env.game: unknown Atari game {env['game']!r}; allowed: {names}")

@@ -14,8 +14,13 @@ the world model must read it through the CNN encoder.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import gymnasium as gym
 import numpy as np
+
+from dreamer.envs.registry import EnvSettings
+from dreamer.schema import f
 
 
 class CueEnv(gym.Env):
@@ -56,3 +61,15 @@ class CueEnv(gym.Env):
         self._steps += 1
         truncated = self._steps >= self.length
         return self._observe(), reward, False, truncated, {}
+
+
+@dataclass
+class Settings(EnvSettings):
+    cues: int = f(4, ">= 2")  # number of cues
+    pixels: bool = f(False)  # the cue as an image instead of a one-hot vector
+    size: int = f(64, ">= 16")  # image side (pixels)
+
+
+def make(env, seed: int) -> CueEnv:
+    image = env["size"] if env.get("pixels") else 0
+    return CueEnv(cues=env["cues"], length=env["length"], seed=seed, image=image)

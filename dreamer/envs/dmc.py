@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import ctypes.util
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import gymnasium
 import numpy as np
 
+from dreamer.envs.registry import EnvSettings
 from dreamer.errors import ConfigError
+from dreamer.schema import f
 
 CAMERAS = {"quadruped": 2}  # the official DMC env's DEFAULT_CAMERAS; every other domain: 0
 ALIASES = {"cup": "ball_in_cup"}  # official task names use the short domain
@@ -128,3 +131,25 @@ class DMCEnv(gymnasium.Env):
         # render executor thread
         self._env.physics.free()
         self._env.close()
+
+
+@dataclass
+class Settings(EnvSettings):
+    task: str = f("walker_walk")  # <domain>_<task>, e.g. cartpole_balance
+    obs: str = f("proprio", choices=("proprio", "vision", "both"))
+    size: int = f(64, ">= 16")  # image side (vision)
+    repeat: int = f(1, ">= 1")  # action repeat (env steps per agent step)
+
+
+def make(env, seed: int) -> DMCEnv:
+    return DMCEnv(env["task"], env["obs"], env["size"], env["repeat"], seed=seed)
+
+
+def check(env) -> None:
+    """A suite task (listing them loads dm_control, with no renderer for proprio)."""
+    render = env["obs"] in ("vision", "both")
+    try:
+        split_task(env["task"], render)
+    except KeyError:
+        names = ", ".join(sorted(task_names(render)))
+        raise ConfigError(f"env.task: unknown DMC task {env['task']!r}; allowed: {names}") from None

@@ -18,7 +18,7 @@ from dreamer import torchrl_compat as compat
 from dreamer.agent.build import latent_sizes
 from dreamer.agent.spaces import EnvSpaces
 from dreamer.data.collect import build_policy
-from dreamer.envs import ACHIEVEMENTS_KEY, make_env
+from dreamer.envs.make import ACHIEVEMENTS_KEY, make_env
 from dreamer.evaluation.reports import crafter_score
 from dreamer.runtime.relaunches import Relaunches
 from dreamer.runtime.signals import children_keep_signals

@@ -21,9 +21,10 @@ import uuid
 from pathlib import Path
 
 from dreamer import torchrl_compat as compat
-from dreamer.config import flatten, installed
+from dreamer.config import flatten
 from dreamer.errors import ConfigError
 from dreamer.runtime.files import replace_text
+from dreamer.schema import installed
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from dreamer.agent.spaces import EnvSpaces
 from dreamer.data.collect import SelfHealingCollector, check_machine, make_collector
 from dreamer.data.episodes import EpisodeStats
 from dreamer.data.replay import SequenceReplay
-from dreamer.envs import describe_env, env_config
+from dreamer.envs.make import describe_env, env_config
 from dreamer.learning.learner import Learner
 from dreamer.runtime import checkpoint
 from dreamer.runtime.dist import Lockstep, World

@@ -1,0 +1,72 @@
+"""``env=gym`` (any registered gymnasium id: ``env.id=<Id>``, ``env.kwargs={...}`` for
+``gymnasium.make``) and ``env=cartpole`` (``CartPole-v1``): image observations resized
+or grayed (``env.size`` / ``env.gray``), a vector env rendered to frames
+(``env.pixels``), actions repeated (``env.repeat``)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium
+from omegaconf import OmegaConf
+
+from dreamer.envs.registry import EnvSettings
+from dreamer.errors import ConfigError
+from dreamer.schema import f, installed, mapping
+
+
+@dataclass
+class Settings(EnvSettings):
+    id: str = f()  # a registered gymnasium id, or package.module:Id-v0 (imported first)
+    kwargs: dict[str, Any] = mapping()  # keyword arguments of gymnasium.make
+    size: int = f(0, ">= 0")  # resize image observations to size x size; 0 = keep
+    gray: bool = f(False)  # gray images (one channel)
+    repeat: int = f(1, ">= 1")  # action repeat
+    pixels: bool = f(False)  # render the env to frames
+
+
+def make(env, seed: int) -> gymnasium.Env:
+    """``gymnasium.make(env.id, **env.kwargs)`` with the image keys (``seed``: the
+    first reset's, given by torchrl)."""
+    from dreamer.envs.wrappers import ActionRepeat, ImageObservation, RenderedFrames
+
+    kwargs = env.get("kwargs") or {}
+    kwargs = OmegaConf.to_container(kwargs) if OmegaConf.is_config(kwargs) else dict(kwargs)
+    if env.get("pixels"):
+        kwargs["render_mode"] = "rgb_array"
+    if env["id"].startswith("ALE/"):  # ale-py registers its ids only when imported
+        import ale_py
+
+        gymnasium.register_envs(ale_py)
+    made = gymnasium.make(env["id"], **kwargs)
+    if env.get("pixels"):
+        made = RenderedFrames(made)
+    if env.get("repeat", 1) > 1:
+        made = ActionRepeat(made, env["repeat"])
+    if env.get("size") or env.get("gray"):
+        made = ImageObservation(made, env.get("size", 0), env.get("gray", False))
+    return made
+
+
+def check(env) -> None:
+    """A registered gymnasium id, or ``package.module:Id-v0`` whose module registers it."""
+    env_id = env["id"]
+    module, _, name = env_id.rpartition(":")
+    if env_id.startswith("ALE/"):  # ale-py registers its ids only when imported
+        if not installed("ale_py"):
+            raise ConfigError(
+                f"env.id: {env_id} needs ale-py; install it with pip install -e '.[atari]'"
+            )
+        module = "ale_py"
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise ConfigError(f"env.id: cannot import {module!r} for {env_id!r}: {error}") from None
+    if module == "ale_py":
+        gymnasium.register_envs(sys.modules["ale_py"])
+    if (name if ":" in env_id else env_id) not in gymnasium.envs.registry:
+        raise ConfigError(f"env.id: unknown gymnasium id {env_id!r}")

@@ -1,0 +1,197 @@
+"""``make_env``: one environment of any kind (``registry.py``) as a torchrl ``EnvBase``.
+
+Every env carries the transforms the DreamerV3 acting policy needs: ``is_init``, an
+episode step counter and return, and zero-initialised ``state``/``belief``/
+``previous_action`` entries that the policy fills and ``step_mdp`` carries.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf, open_dict
+from torchrl.data import Unbounded
+from torchrl.envs import (
+    ActionScaling,
+    ClipTransform,
+    Compose,
+    DoubleToFloat,
+    EnvBase,
+    GymWrapper,
+    InitTracker,
+    RewardScaling,
+    RewardSum,
+    StepCounter,
+    TensorDictPrimer,
+    TransformedEnv,
+)
+from torchrl.envs.gym_like import default_info_dict_reader
+
+from dreamer.envs import registry
+from dreamer.envs.restarts import Checked, Restarting
+from dreamer.errors import ConfigError
+
+log = logging.getLogger("dreamer")
+ACHIEVEMENTS_KEY = "info_achievements"
+RESTART_KEY = "info_restart"  # 1 on a step where a failed env was recreated
+
+
+class _Achievements(default_info_dict_reader):
+    """Reads an env's per-episode achievement counts (Crafter's) as one int vector."""
+
+    def __init__(self, names: tuple[str, ...]):
+        super().__init__(
+            [ACHIEVEMENTS_KEY],
+            spec={ACHIEVEMENTS_KEY: Unbounded((len(names),), dtype=torch.int64)},
+        )
+        self.names = names
+
+    def __call__(self, info_dict, tensordict):
+        if "achievements" in info_dict:
+            counts = [info_dict["achievements"][name] for name in self.names]
+            info_dict = {ACHIEVEMENTS_KEY: np.asarray(counts, dtype=np.int64)}
+        else:
+            info_dict = {ACHIEVEMENTS_KEY: np.zeros(len(self.names), dtype=np.int64)}
+        return super().__call__(info_dict, tensordict)
+
+
+class _Restarts(default_info_dict_reader):
+    """Reads an adapter's ``info["restart"]`` flag."""
+
+    def __init__(self):
+        super().__init__([RESTART_KEY], spec={RESTART_KEY: Unbounded((1,), dtype=torch.int64)})
+
+    def __call__(self, info_dict, tensordict):
+        flag = np.asarray([info_dict.get("restart", 0)], dtype=np.int64)
+        return super().__call__({RESTART_KEY: flag}, tensordict)
+
+
+def env_label(env: Mapping) -> str:
+    return registry.label(env)
+
+
+def _base_env(env: Mapping, seed: int) -> tuple[EnvBase, int]:
+    """The raw env and the step cap still to enforce (0: the env enforces its own)."""
+    name = env["name"]
+    adapter = registry.module(name)
+    factory = functools.partial(adapter.make, env, seed)
+    base = GymWrapper(Restarting(lambda: Checked(factory(), env_label(env))))
+    base.set_info_dict_reader(_Restarts())
+    if hasattr(adapter, "ACHIEVEMENTS"):
+        base.set_info_dict_reader(_Achievements(adapter.ACHIEVEMENTS))
+    return base, env["length"] if registry.kind(name).caps_episodes else 0
+
+
+def finite_action_bounds(action_spec) -> bool:
+    """Whether a continuous action spec has a finite low and high in every dimension;
+    an action with an infinite bound is passed to the env unscaled."""
+    space = getattr(action_spec, "space", None)
+    if not hasattr(space, "low"):
+        return False
+    limit = torch.finfo(space.low.dtype).max  # torchrl's Unbounded stores +-finfo.max
+    low, high = space.low, space.high
+    return bool((low.isfinite() & high.isfinite() & (low > -limit) & (high < limit)).all())
+
+
+def action_note(env: EnvBase) -> str | None:
+    """A start-up warning for a continuous action the agent cannot rescale."""
+    spec = env.base_env.full_action_spec["action"]
+    if spec.domain != "continuous" or finite_action_bounds(spec):
+        return None
+    return (
+        f"the env's continuous action has an infinite bound (low {spec.space.low.tolist()}, "
+        f"high {spec.space.high.tolist()}): the actor's [-1, 1] actions are passed unscaled"
+    )
+
+
+def env_config(env, logdir: Path):
+    """The ``env`` config node for the workers (it pickles), plus the run directory's
+    paths."""
+    env = OmegaConf.create(OmegaConf.to_container(env) if OmegaConf.is_config(env) else env)
+    if registry.kind(env["name"]).launch_lock:
+        with open_dict(env):
+            env.launch_lock = str(logdir / f"{env['name']}-launch.lock")
+    return env
+
+
+def check_env(env) -> None:
+    """What the machine must offer for ``env``: its package (one ``ConfigError`` line
+    with the install command), and what the env's own check asks (a task, game or
+    gymnasium id that package has)."""
+    registry.check_package(env["name"])
+    adapter = registry.module(env["name"])
+    if hasattr(adapter, "check"):
+        adapter.check(env)
+
+
+def describe_env(env, seed: int) -> tuple:
+    """(spaces, achievement names) of the configured env, probed once in this process;
+    a broken env is one ``ConfigError`` line, before any worker starts."""
+    from dreamer.agent.spaces import spaces_from_env
+
+    check_env(env)
+    try:
+        probe = make_env(env, seed)
+    except ConfigError:
+        raise
+    except Exception as error:
+        what = env_label(env)
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError(f"env: cannot create {what}: {detail}") from error
+    try:
+        try:
+            spaces = spaces_from_env(probe)
+        except ValueError as error:
+            raise ConfigError(f"env: {error}") from None
+        if note := action_note(probe):
+            log.warning(note)
+    finally:
+        probe.close()
+    return spaces, getattr(registry.module(env["name"]), "ACHIEVEMENTS", ())
+
+
+def make_env(
+    env: Mapping, seed: int, latent: tuple[int, int] | None = None, step_cap: int = 0
+) -> EnvBase:
+    """Build one env from the ``env`` config node (a plain mapping so it pickles).
+
+    ``latent`` = (state size, belief size) adds the acting-policy entries; ``step_cap``
+    ends episodes (as truncated) after that many steps, if sooner than the env's own cap.
+    """
+    base, own_cap = _base_env(env, seed)
+    caps = [cap for cap in (own_cap, step_cap) if cap]
+    transforms = [
+        InitTracker(),
+        StepCounter(max_steps=min(caps) if caps else None),
+        RewardSum(),
+    ]
+    if any(spec.dtype == torch.float64 for spec in base.observation_spec.values(True, True)):
+        transforms.append(DoubleToFloat())
+    if env.get("reward_scale", 1.0) != 1.0:
+        transforms.append(RewardScaling(0.0, env["reward_scale"]))
+    action_spec = base.full_action_spec["action"]
+    if action_spec.domain == "continuous" and finite_action_bounds(action_spec):
+        # The actor acts in [-1, 1] per dimension; each dimension is rescaled to its own
+        # [low, high] (as the official NormalizeAction does). Inverse transforms run last
+        # to first: clip to [-1, 1], then rescale.
+        transforms += [ActionScaling(), ClipTransform(in_keys_inv=["action"], low=-1.0, high=1.0)]
+    if latent is not None:
+        state, belief = latent
+        action_size = action_spec.shape[-1]
+        transforms.append(
+            TensorDictPrimer(
+                state=Unbounded(state),
+                belief=Unbounded(belief),
+                previous_action=Unbounded(action_size),
+                default_value=0.0,
+            )
+        )
+    result = TransformedEnv(base, Compose(*transforms))
+    if not registry.kind(env["name"]).seeded_by_make:
+        result.set_seed(seed)
+    return result

@@ -1,0 +1,92 @@
+"""Every env kind in one table: ``env=<name>`` (``conf/env/<name>.yaml``) picks a row.
+
+A kind's module holds ``Settings`` (its ``env.*`` keys: a dataclass extending
+``EnvSettings``), ``make(env, seed)`` (the gymnasium env; called again to recreate a
+failed one) and, where it has them, ``check(env)`` (what the machine must offer: one
+``ConfigError`` line) and ``ACHIEVEMENTS``. Adding an env is one module, one row here
+and one YAML.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+
+from dreamer.errors import ConfigError
+from dreamer.schema import f, installed
+
+
+@dataclass
+class EnvSettings:
+    """The keys every env has."""
+
+    name: str = f()  # the kind: a row of KINDS
+    length: int = f(check=">= 0")  # episode step cap; 0 = the env's own limit
+    reward_scale: float = f(1.0, "> 0")
+
+
+@dataclass(frozen=True)
+class EnvKind:
+    module: str  # dreamer.envs.<module>
+    package: str | None = None  # the import its extra provides
+    install: str = ""  # how to get that package
+    caps_episodes: bool = False  # env.length ends episodes here; the others end their own
+    seeded_by_make: bool = False  # a seeding reset would start it (MineDojo launches Java)
+    launch_lock: bool = False  # its launches share a lock file in the run directory
+    label: str = "name"  # the key that names the configured env in lines
+
+
+KINDS = {
+    "crafter": EnvKind("dreamer.envs.crafter"),
+    "cue": EnvKind("dreamer.envs.cue"),
+    "cartpole": EnvKind("dreamer.envs.gymnasium_ids", caps_episodes=True),
+    "gym": EnvKind("dreamer.envs.gymnasium_ids", caps_episodes=True, label="id"),
+    "dmc": EnvKind(
+        "dreamer.envs.dmc",
+        package="dm_control",
+        install="pip install -e '.[dmc]'",
+        caps_episodes=True,
+    ),
+    "atari": EnvKind(
+        "dreamer.envs.atari",
+        package="ale_py",
+        install="pip install -e '.[atari]'",
+        caps_episodes=True,
+    ),
+    "minedojo": EnvKind(
+        "dreamer.envs.minedojo",
+        package="minedojo",
+        install="pip install -e '.[minedojo]' (MineDojo also needs gym 0.21, numpy<2, "
+        "JDK 8 and xvfb: see README)",
+        seeded_by_make=True,
+        launch_lock=True,
+    ),
+}
+
+
+def kind(name: str) -> EnvKind:
+    if name not in KINDS:
+        raise ConfigError(f"env.name: unknown env {name!r}; allowed: {', '.join(KINDS)}")
+    return KINDS[name]
+
+
+def module(name: str) -> ModuleType:
+    return importlib.import_module(kind(name).module)
+
+
+def settings(name: str) -> type:
+    """The dataclass of ``env=<name>``'s keys."""
+    return module(name).Settings
+
+
+def label(env) -> str:
+    """How lines name the configured env: its gymnasium id for ``env=gym``."""
+    return env[kind(env["name"]).label]
+
+
+def check_package(name: str) -> None:
+    """The env's package is installed, or one ``ConfigError`` line saying how."""
+    row = kind(name)
+    if row.package and not installed(row.package):
+        raise ConfigError(f"env: {name} needs {row.package}; install it with {row.install}")

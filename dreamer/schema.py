@@ -1,0 +1,77 @@
+"""The schema's building blocks: a field with its check, and the checks themselves.
+
+Every configuration dataclass (``dreamer/config.py``'s sections, each env's settings in
+``dreamer/envs/``) declares its fields with ``f``: a default, a range ``check`` ('>= 1',
+'> 0', '[0, 1)') and allowed string ``choices``; ``check_section`` applies them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import typing
+from collections.abc import Mapping
+from dataclasses import field
+from typing import Any
+
+from omegaconf import MISSING
+
+from dreamer.errors import ConfigError
+
+TRISTATE = ("auto", "true", "false")
+TYPE_NAMES = {int: "an integer", float: "a number", bool: "a boolean", str: "a string"}
+
+
+def f(default: Any = MISSING, check: str | None = None, choices: tuple[str, ...] = ()) -> Any:
+    """A schema field; ``check``: '>= 1', '> 0', '[0, 1)', ...; ``choices``: allowed strings."""
+    return field(default=default, metadata={"check": check, "choices": choices})
+
+
+def strings(default: list[str]) -> Any:
+    """A list-of-strings schema field."""
+    return field(default_factory=lambda: list(default), metadata={"check": None, "choices": ()})
+
+
+def mapping() -> Any:
+    """A free mapping (e.g. keyword arguments handed on as they are)."""
+    return field(default_factory=dict, metadata={"check": None, "choices": ()})
+
+
+def in_range(value: float, check: str) -> bool:
+    """``check`` is '>= b', '> b' or an interval such as '[0, 1)' or '(0, 1]'."""
+    if check[0] == ">":
+        op, bound = check.split()
+        return value >= float(bound) if op == ">=" else value > float(bound)
+    lo, hi = (float(x) for x in check[1:-1].split(","))
+    above = value >= lo if check[0] == "[" else value > lo
+    return above and (value <= hi if check[-1] == "]" else value < hi)
+
+
+def check_field(key: str, value: Any, metadata: Mapping) -> None:
+    choices, check = metadata["choices"], metadata["check"]
+    if choices and value not in choices:
+        raise ConfigError(f"{key}: unknown option {value!r}; allowed: {', '.join(choices)}")
+    if check and value is not None and not in_range(value, check):
+        bound = check if check[0] == ">" else f"in {check}"
+        raise ConfigError(f"{key}: must be {bound}, got {value}")
+
+
+def check_section(prefix: str, cls: type, node) -> None:
+    """Every field of ``node`` (a DictConfig of dataclass ``cls``) against its metadata."""
+    hints = typing.get_type_hints(cls)
+    for item in dataclasses.fields(cls):
+        kind = hints[item.name]
+        if dataclasses.is_dataclass(kind):
+            check_section(f"{prefix}.{item.name}", kind, node[item.name])
+            continue
+        if item.metadata["choices"] == TRISTATE:  # Hydra reads `true` as a boolean: 'True'
+            node[item.name] = str(node[item.name]).lower()
+        check_field(f"{prefix}.{item.name}", node[item.name], item.metadata)
+
+
+def installed(module: str) -> bool:
+    """Is ``module`` importable here (a package an env or tracker needs)?"""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ValueError:  # sys.modules[module] is None: imports of it are blocked
+        return False

@@ -1,0 +1,46 @@
+"""The env kinds: one table (``dreamer/envs/registry.py``), one module and one YAML each,
+and no check on an env's name anywhere else in the package."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+import dreamer
+from dreamer.config import CONF_DIR
+from dreamer.envs import registry
+from dreamer.envs.registry import EnvSettings
+
+PACKAGE = Path(dreamer.__file__).parent
+
+
+def test_every_kind_has_a_yaml_a_settings_class_and_a_maker_and_nothing_else_does():
+    yamls = {path.stem: OmegaConf.load(path) for path in (CONF_DIR / "env").glob("*.yaml")}
+    assert set(yamls) == set(registry.KINDS)
+    for name, preset in yamls.items():
+        assert preset.name == name
+        module = registry.module(name)
+        assert issubclass(module.Settings, EnvSettings) and callable(module.make)
+        keys = {item.name for item in dataclasses.fields(module.Settings)}
+        assert set(preset) <= keys, f"conf/env/{name}.yaml: {set(preset) - keys}"
+
+
+def test_no_module_outside_envs_compares_with_an_env_kind_name():
+    """``env.name == "crafter"`` or ``in ("atari", ...)`` outside dreamer/envs/ is what the
+    registry's rows replace."""
+    names = set(registry.KINDS)
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        if "envs" in path.relative_to(PACKAGE).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            for side in [node.left, *node.comparators]:
+                for constant in ast.walk(side):
+                    if isinstance(constant, ast.Constant) and constant.value in names:
+                        found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert not found, found
