@@ -187,12 +187,34 @@ def build_agent(model, learner, spaces: EnvSpaces) -> Agent:
     """Build every network and the DreamerV3 loss from the ``model`` and ``learner``
     config nodes (attribute access: deter, hidden, stoch, classes, ...). Data-parallel
     ranks build the same loss: each imagines from the last ``learner.imag_last`` steps
-    of its own sequences."""
+    of its own sequences. The networks are made in one fixed order (a seed gives the
+    same weights)."""
     state_dim, _ = latent_sizes(model)
     features = state_dim + model.deter
     obs_names = [key.name for key in spaces.obs]
-
     encoder, prior, posterior = build_rssm(model, spaces)
+    world_model, reward_net, continue_net = _world_model(
+        model, spaces, encoder, prior, posterior, features, state_dim
+    )
+    imagination_env, continuation = _imagination(model, spaces, prior, reward_net, continue_net)
+    actor = make_actor(spaces, features, model)
+    value = _two_hot_head(
+        _head(features, model.bins, model, model.layers, outscale=0.0),
+        (),
+        "state_value",
+        ["state", "belief"],
+        model.bins,
+    )
+    loss = _loss(model, learner, spaces, world_model, actor, value, imagination_env, continuation)
+    target_updater = SoftUpdate(loss.value_loss, tau=learner.slow_critic)
+    policy = acting_policy(encoder, prior, posterior, actor, obs_names)
+    return Agent(spaces, world_model, actor, value, policy, loss, target_updater)
+
+
+def _world_model(model, spaces: EnvSpaces, encoder, prior, posterior, features, state_dim):
+    """The world model on replayed sequences (encoder, RSSM rollout from zeros, decoder,
+    reward and continue heads); and its reward and continue heads."""
+    obs_names = [key.name for key in spaces.obs]
     decoder = MultiDecoder(
         spaces,
         features,
@@ -205,7 +227,6 @@ def build_agent(model, learner, spaces: EnvSpaces) -> Agent:
     reward_net = _head(features, model.bins, model, model.head_layers, outscale=0.0)
     continue_net = _head(features, 1, model, model.head_layers)
     next_latent = [("next", "state"), ("next", "belief")]
-
     world_model = TensorDictSequential(
         TensorDictModule(
             encoder,
@@ -233,7 +254,13 @@ def build_agent(model, learner, spaces: EnvSpaces) -> Agent:
         _two_hot_head(reward_net, ("next",), "reward", next_latent, model.bins),
         TensorDictModule(continue_net, in_keys=next_latent, out_keys=[("next", "continue_pred")]),
     )
+    return world_model, reward_net, continue_net
 
+
+def _imagination(model, spaces: EnvSpaces, prior, reward_net, continue_net):
+    """torchrl's imagination env (the prior stepped with the reward head) and the
+    continuation model the actor loss discounts with."""
+    state_dim, _ = latent_sizes(model)
     imagination = WorldModelWrapper(
         TensorDictModule(
             prior, in_keys=["state", "belief", "action"], out_keys=["_", "state", "belief"]
@@ -253,18 +280,14 @@ def build_agent(model, learner, spaces: EnvSpaces) -> Agent:
         TensorDictModule(continue_net, in_keys=["state", "belief"], out_keys=["continue_logits"]),
         TensorDictModule(nn.Sigmoid(), in_keys=["continue_logits"], out_keys=["continuation"]),
     )
+    return imagination_env, continuation
 
-    actor = make_actor(spaces, features, model)
-    value = _two_hot_head(
-        _head(features, model.bins, model, model.layers, outscale=0.0),
-        (),
-        "state_value",
-        ["state", "belief"],
-        model.bins,
-    )
 
-    scales = {name: float(value) for name, value in learner.loss_scales.items()}
-    model_loss = DreamerV3ModelLoss(  # unweighted terms: dreamer_v3_loss weighs them
+def _loss(model, learner, spaces, world_model, actor, value, imagination_env, continuation):
+    """torchrl's three DreamerV3 losses, unweighted, in ``DreamerLoss`` (which weighs
+    them with ``learner.loss_scales`` in ``dreamer_v3_loss``)."""
+    obs_names = [key.name for key in spaces.obs]
+    model_loss = DreamerV3ModelLoss(
         world_model,
         kl_mode="separate",
         lambda_reco=1.0,
@@ -301,16 +324,12 @@ def build_agent(model, learner, spaces: EnvSpaces) -> Agent:
         slow_critic_regularization=1.0,
     )
     value_loss.slow_critic_regularization = learner.slowreg
-    loss = DreamerLoss(
+    return DreamerLoss(
         model_loss,
         actor_loss,
         value_loss,
-        scales=scales,
+        scales={name: float(value) for name, value in learner.loss_scales.items()},
         continuation_horizon=learner.return_horizon,
         lmbda=learner.lmbda,
         imag_last=learner.imag_last,
     )
-    target_updater = SoftUpdate(value_loss, tau=learner.slow_critic)
-
-    policy = acting_policy(encoder, prior, posterior, actor, obs_names)
-    return Agent(spaces, world_model, actor, value, policy, loss, target_updater)
