@@ -5,7 +5,6 @@ The cue env's observations come from its own seeded generator, whatever the acti
 each worker's stream of observations is known in advance while a real (sampling)
 DreamerV3 policy acts."""
 
-import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from omegaconf import OmegaConf
 
 from dreamer.agent.build import latent_sizes
 from dreamer.config import load
-from dreamer.data.collect import MEASURED, MEASURED_ON, env_seeds, make_collector, path_note
+from dreamer.data.collect import env_seeds, make_collector, path_note
 from dreamer.envs.make import describe_env, make_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,25 +103,10 @@ def test_grouped_workers_deliver_every_stream_in_order():
         assert streams[index] == expected(seed, len(streams[index]))
 
 
-def test_start_up_note_quotes_the_measured_collection_rates(monkeypatch):
+def test_start_up_note_names_a_cheap_vector_env_on_few_cores(monkeypatch):
     monkeypatch.setattr("os.sched_getaffinity", lambda _: {0, 1})
     note = path_note(has_images=False)
-    assert "on 2 cores" in note and MEASURED_ON in note
-    for model, rates in MEASURED.items():
-        quoted = f"model={model}: synchronous {rates['stock']} vs async chunked {rates['chunk64']}"
-        assert quoted in note
+    assert "on 2 cores" in note and "benchmarks/README.md" in note
     assert path_note(has_images=True) is None  # Crafter-like: async wins
     monkeypatch.setattr("os.sched_getaffinity", lambda _: set(range(16)))
     assert path_note(has_images=False) is None
-
-
-def test_the_quoted_rates_are_the_benchmark_s_latest():
-    """The note's figures live in code (an installed package has no benchmarks/); they
-    must be what benchmarks/results/collect.json holds, rounded."""
-    measured = json.loads((ROOT / "benchmarks" / "results" / "collect.json").read_text())
-    cartpole = measured["cartpole"]
-    rounded = {
-        model: {path: round(rates[path]) for path in ("stock", "chunk64")}
-        for model, rates in cartpole["models"].items()
-    }
-    assert rounded == MEASURED and cartpole["machine"] == MEASURED_ON

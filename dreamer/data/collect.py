@@ -150,31 +150,20 @@ def make_collector(
     return result
 
 
-# CartPole env steps/s, torchrl's synchronous Collector vs this async path at chunk 64,
-# per model, as `python benchmarks/collect.py --json benchmarks/results/collect.json`
-# measured them (that file's "cartpole" entry); held here so an installed package
-# needs no benchmark files. Re-measure there and update both together.
-MEASURED_ON = "2 cores, 2 workers, x86_64"
-MEASURED = {"tiny": {"stock": 981, "chunk64": 723}, "size1m": {"stock": 976, "chunk64": 642}}
-FEW_CORES = 4  # up to here the async path was measured to lose on cheap envs
+FEW_CORES = 4  # up to here the async path loses on cheap envs (benchmarks/README.md)
 
 
 def path_note(has_images: bool) -> str | None:
     """Where this async path loses to torchrl's synchronous Collector (a cheap vector env
-    on few cores), say so with the numbers benchmarks/collect.py measured."""
+    on few cores), say so and where the figures are."""
     cores = usable_cores()
     if has_images or cores > FEW_CORES:
         return None
-    figures = "; ".join(
-        f"model={model}: synchronous {rates['stock']} vs async chunked {rates['chunk64']}"
-        " env steps/s"
-        for model, rates in MEASURED.items()
-    )
     return (
         f"collector: a vector-only env on {cores} cores, where torchrl's synchronous "
-        f"Collector collects faster than this async path (benchmarks/collect.py on "
-        f"CartPole, {MEASURED_ON}: {figures}); time/collect_wait_s in the metrics shows "
-        "whether collection limits this run; benchmarks/collect.py measures this machine"
+        "Collector can collect faster than this async path (benchmarks/README.md, "
+        '"Collection throughput"); time/collect_wait_s in the metrics shows whether '
+        "collection limits this run; benchmarks/collect.py measures this machine"
     )
 
 

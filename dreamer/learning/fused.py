@@ -313,10 +313,9 @@ class FusedDreamerV3Loss(nn.Module):
 
     def compile(self) -> None:
         """torch.compile the rollouts' step functions: small graphs, compiled once per
-        shape, that fuse the elementwise chains of the 64 + 15 steps. Compiling the
-        batched parts too (encoder, decoder and reconstruction: pixels size1m 2.69 ->
-        2.57 s per update) doubled the cold compile (smoke model 48 -> 100 s), so they
-        stay eager."""
+        shape, that fuse the elementwise chains of the 64 + 15 steps. The batched parts
+        (encoder, decoder, reconstruction) stay eager: compiling them gained little and
+        doubled the cold compile (benchmarks/README.md, "Learner modes")."""
         self.cell.compile()
 
     # -- world model -------------------------------------------------------------
