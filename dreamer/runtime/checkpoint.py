@@ -37,7 +37,11 @@ def checkpoint_dir(logdir: Path) -> Path:
 
 
 class CheckpointError(OSError):
-    pass
+    """One line; ``reason``: what is wrong with the file, without its name."""
+
+    def __init__(self, message: str, reason: str | None = None):
+        super().__init__(message)
+        self.reason = reason or message
 
 
 class UnsafeCheckpointError(CheckpointError):
@@ -120,19 +124,19 @@ def load(path: Path) -> dict:
             r"GLOBAL ([\w.]+)", str(error)
         )
         if unsafe:
-            raise UnsafeCheckpointError(
-                f"{path}: refused: loading it would run code (it calls {unsafe[1]})"
-            ) from None
-        raise CheckpointError(f"{path}: not a readable checkpoint ({_detail(error)})") from None
+            reason = f"refused: loading it would run code (it calls {unsafe[1]})"
+            raise UnsafeCheckpointError(f"{path}: {reason}", reason) from None
+        reason = f"not a readable checkpoint ({_detail(error)})"
+        raise CheckpointError(f"{path}: {reason}", reason) from None
     if not isinstance(state, dict) or not {"learner", "config", "steps"} <= set(state):
-        raise CheckpointError(f"{path}: not a dreamer checkpoint (no learner, config and steps)")
-    if state.get("format") != FORMAT:
-        raise CheckpointError(
-            f"{path}: checkpoint format {state.get('format')}; this dreamer reads format {FORMAT}"
-        )
-    if state.get("checksum") != checksum(state):
-        raise CheckpointError(f"{path}: damaged: its content does not match its checksum")
-    return state
+        reason = "not a dreamer checkpoint (no learner, config and steps)"
+    elif state.get("format") != FORMAT:
+        reason = f"checkpoint format {state.get('format')}; this dreamer reads format {FORMAT}"
+    elif state.get("checksum") != checksum(state):
+        reason = "damaged: its content does not match its checksum"
+    else:
+        return state
+    raise CheckpointError(f"{path}: {reason}", reason)
 
 
 def _detail(error: Exception) -> str:
@@ -158,15 +162,11 @@ def newest_good(logdir: Path) -> tuple[Path, dict] | tuple[None, None]:
             continue
         for bad, error in skipped:
             bad.rename(bad.with_name(bad.name + DAMAGED_SUFFIX))
-            log.warning("skipped %s (%s): resuming from %s", bad.name, _reason(error), path.name)
+            log.warning("skipped %s (%s): resuming from %s", bad.name, error.reason, path.name)
         return path, state
     if skipped:
         raise CheckpointError(f"no checkpoint of {logdir} loads: {skipped[0][1]}")
     return None, None
-
-
-def _reason(error: CheckpointError) -> str:
-    return str(error).split(": ", 1)[-1]
 
 
 def find(path: str | Path, name: str | None = None) -> Path:
