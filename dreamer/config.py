@@ -550,9 +550,19 @@ def schema(env_name: str) -> DictConfig:
 
 
 def saved(path: Path) -> DictConfig:
-    """A run directory's ``config.yaml`` typed by the schema (``dreamer.evaluate``)."""
+    """A run directory's ``config.yaml`` typed by the schema (``dreamer.evaluate``); one
+    that does not fit it (another version's keys) is a ``ConfigError`` naming the key."""
+    from omegaconf.errors import OmegaConfBaseException
+
     stored = OmegaConf.load(path)
-    return OmegaConf.merge(schema(stored.env.name), stored)
+    env_name = OmegaConf.select(stored, "env.name")
+    try:
+        try:
+            return OmegaConf.merge(schema(env_name), stored)
+        except OmegaConfBaseException as e:
+            raise _composition_error(e, env_name) from None
+    except ConfigError as error:
+        raise ConfigError(f"{path}: not a config this dreamer reads ({error})") from None
 
 
 # Keys a resumed run may change; everything else must match the run directory's config.

@@ -44,3 +44,22 @@ def test_no_module_outside_envs_compares_with_an_env_kind_name():
                     if isinstance(constant, ast.Constant) and constant.value in names:
                         found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
     assert not found, found
+
+
+def test_a_saved_config_with_another_kinds_env_key_is_one_line(tmp_path):
+    """A run directory's config.yaml from before the registry (every env's keys under
+    env) is refused in one line naming the file and the key, not a traceback."""
+    from dreamer.config import load, saved
+    from dreamer.errors import ConfigError
+
+    stored = OmegaConf.to_container(load(["experiment=smoke"]))
+    OmegaConf.save(stored, tmp_path / "config.yaml")
+    assert saved(tmp_path / "config.yaml").env == stored["env"]
+    stored["env"]["cues"] = 4  # a cue key on crafter
+    OmegaConf.save(stored, tmp_path / "config.yaml")
+    try:
+        saved(tmp_path / "config.yaml")
+    except ConfigError as error:
+        message = str(error)
+    assert "config.yaml" in message and "env.cues: unknown key" in message
+    assert "\n" not in message
