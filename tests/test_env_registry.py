@@ -7,6 +7,7 @@ import ast
 import dataclasses
 from pathlib import Path
 
+import pytest
 from omegaconf import OmegaConf
 
 import dreamer
@@ -57,9 +58,8 @@ def test_a_saved_config_with_another_kinds_env_key_is_one_line(tmp_path):
     assert saved(tmp_path / "config.yaml").env == stored["env"]
     stored["env"]["cues"] = 4  # a cue key on crafter
     OmegaConf.save(stored, tmp_path / "config.yaml")
-    try:
+    with pytest.raises(ConfigError) as raised:
         saved(tmp_path / "config.yaml")
-    except ConfigError as error:
-        message = str(error)
+    message = str(raised.value)
     assert "config.yaml" in message and "env.cues: unknown key" in message
     assert "\n" not in message
