@@ -231,7 +231,7 @@ class SelfHealingCollector:
     def __iter__(self):
         failures = 0
         while True:
-            collector = self.current
+            collector, server = self.current, None
             try:
                 batches = iter(collector)
                 with children_keep_signals():  # torchrl starts its processes here
@@ -257,7 +257,8 @@ class SelfHealingCollector:
                 # torchrl has shut the collector down by now (the server too, whatever
                 # died): a server it stopped exits 0 or by SIGTERM, a killed one (OOM,
                 # SIGKILL) or a crashed one otherwise
-                server_died = compat.inference_server_process(collector).exitcode not in (
+                # (torchrl drops its reference to the process then: ours was taken at start)
+                server_died = server is not None and server.exitcode not in (
                     None,
                     0,
                     -signal.SIGTERM,
