@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 EVAL_SEED_OFFSET = 1_000_000  # eval worlds differ from every training worker's
 ATTEMPTS = 2  # an evaluation whose process dies is run once more on a relaunched one
+BUILD_TIMEOUT = 120.0  # s a shutdown waits for an evaluation process still being started
 
 
 @dataclass
@@ -297,6 +298,13 @@ class EvalRunner:
         it forever (multiprocessing joins its children at exit): end it here."""
         process = self.process()
         self.evaluator.shutdown()
+        # a trigger just before may still be building the process in torchrl's backend
+        # thread: wait for that thread, then look again (else the process, started after
+        # the shutdown, would hold the run's exit forever)
+        thread = compat.evaluator_thread(self.evaluator)
+        if thread is not None and thread.ident is not None:
+            thread.join(BUILD_TIMEOUT)  # woken by the shutdown: long only while building
+        process = process or self.process()
         if process is not None and process.is_alive():
             log.warning("the evaluation process outlived its shutdown; terminating it")
             process.terminate()
