@@ -1,0 +1,28 @@
+"""An evaluation triggered right before the run stops: its process may still be
+starting when torchrl's evaluator gives up waiting (5 s), and must not outlive the
+shutdown (multiprocessing joins a run's children at exit: the run would never end)."""
+
+import multiprocessing
+import time
+
+import pytest
+
+from dreamer.agent.build import build_agent
+from dreamer.config import load
+from dreamer.envs.make import describe_env, env_config
+from dreamer.evaluation.runner import EvalRunner
+
+
+@pytest.mark.slow
+def test_a_shutdown_right_after_a_trigger_leaves_no_evaluation_process(tmp_path):
+    cfg = load(["experiment=smoke", "env=cue", "eval.episodes=1", "eval.max_steps=20"])
+    env = env_config(cfg.env, tmp_path)
+    spaces, achievements = describe_env(env, 0)
+    agent = build_agent(cfg.model, cfg.learner, spaces)
+    before = set(multiprocessing.active_children())
+    runner = EvalRunner.from_config(cfg, env, spaces, achievements)
+    runner.trigger(0, agent.policy)  # the process starts in torchrl's backend thread
+    started = time.monotonic()
+    runner.shutdown()
+    left = [p for p in multiprocessing.active_children() if p not in before and p.is_alive()]
+    assert not left, f"{left} alive {time.monotonic() - started:.0f} s after the shutdown"
