@@ -95,3 +95,17 @@ class BadDataEnv(FaultyEnv):
 
 
 gymnasium.register("BadData-v0", entry_point=BadDataEnv)
+
+
+class SlowStartEnv(FaultyEnv):
+    """``SlowStart-v0``: takes ``delay`` seconds to make, in whichever process makes it
+    (an evaluation process still starting when a run stops)."""
+
+    def __init__(self, delay: float = 0.0):
+        import time
+
+        time.sleep(delay)
+        super().__init__(fail_every=10**9)
+
+
+gymnasium.register("SlowStart-v0", entry_point=SlowStartEnv)

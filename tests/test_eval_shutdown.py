@@ -6,6 +6,7 @@ import multiprocessing
 import time
 
 import pytest
+from omegaconf import OmegaConf
 
 from dreamer.agent.build import build_agent
 from dreamer.config import load
@@ -15,9 +16,11 @@ from dreamer.evaluation.runner import EvalRunner
 
 @pytest.mark.slow
 def test_a_shutdown_right_after_a_trigger_leaves_no_evaluation_process(tmp_path):
-    cfg = load(["experiment=smoke", "env=cue", "eval.episodes=1", "eval.max_steps=20"])
+    cfg = load(["experiment=smoke", "env=gym", "env.id=tests.faulty_env:SlowStart-v0"])
     env = env_config(cfg.env, tmp_path)
     spaces, achievements = describe_env(env, 0)
+    # the evaluation process takes 8 s to make its env: past torchrl's 5 s shutdown wait
+    env = OmegaConf.merge(env, {"kwargs": {"delay": 8.0}})
     agent = build_agent(cfg.model, cfg.learner, spaces)
     before = set(multiprocessing.active_children())
     runner = EvalRunner.from_config(cfg, env, spaces, achievements)
