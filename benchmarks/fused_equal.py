@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 import torch
-from torchrl.trainers.algorithms import DreamerV3OptimizationStepper
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -31,8 +30,7 @@ from dreamer.agent.build import build_agent  # noqa: E402
 from dreamer.config import load  # noqa: E402
 from dreamer.learning.fused import FusedDreamerV3Loss  # noqa: E402
 from tests.batches import MULTI_KEY, real_batch, synthetic_batch  # noqa: E402
-from tests.compare import RTOL  # noqa: E402
-from tests.ddp_updates import same_draws  # noqa: E402
+from tests.compare import RTOL, losses_and_gradients  # noqa: E402
 
 AGENTS = {
     "vector_discrete": ["env=cartpole"],
@@ -47,30 +45,10 @@ def modes(device: torch.device) -> list[str]:
 
 
 def one_update(loss, stepped, batch, mode: str) -> tuple[dict, dict]:
-    """Loss entries and gradients of one stepper update (SGD at lr 0: the weights stay),
-    with fixed draws; the loss's buffers are put back afterwards."""
-    stepper = DreamerV3OptimizationStepper(
-        stepped,
-        torch.optim.SGD(loss.parameters(), lr=0.0),
-        None,
-        compile_train_step=False,
-        cudagraph=mode == "bf16_cudagraph",
-        mixed_precision=mode != "fp32",
-    )
-    saved = [buffer.clone() for buffer in loss.buffers()]
-    with same_draws():
-        if mode == "bf16_cudagraph":
-            stepper.warmup(batch.clone())
-        torch.manual_seed(3)
-        out = stepper.step(None, batch.clone())
-    losses = {
-        k: v.float().clone() for k, v in out.items() if isinstance(k, str) and k[:5] == "loss_"
-    }
-    grads = {n: p.grad.float().clone() for n, p in loss.named_parameters() if p.grad is not None}
-    with torch.no_grad():
-        for buffer, value in zip(loss.buffers(), saved):
-            buffer.copy_(value)
-    return losses, grads
+    """Loss entries and gradients (fp32) of one update in ``mode``, fixed draws."""
+    out, grads, _ = losses_and_gradients(loss, stepped, batch, True, mode)
+    losses = {k: v.float() for k, v in out.items() if isinstance(k, str) and k[:5] == "loss_"}
+    return losses, {name: grad.float() for name, grad in grads.items()}
 
 
 def compare(kind: str, mode: str, device: torch.device) -> dict:

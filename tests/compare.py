@@ -3,6 +3,8 @@ fused rollout is held equal to torchrl's (tests and the GPU check use it alike).
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from tests.ddp_updates import same_draws
@@ -10,25 +12,35 @@ from tests.ddp_updates import same_draws
 RTOL = 1e-5
 
 
-def losses_and_gradients(loss_module, stepper_loss, sample, fixed: bool):
+def losses_and_gradients(loss_module, stepper_loss, sample, fixed: bool, mode: str = "fp32"):
     """One forward/backward of ``stepper_loss`` (``loss_module`` owns the parameters);
     the loss's buffers (return statistics) are put back afterwards so both paths start
-    from the same state. ``fixed``: fixed draws (uniforms 0.5, the most likely choice)."""
+    from the same state. ``fixed``: fixed draws (uniforms 0.5, the most likely choice).
+    ``mode``: ``fp32`` eager; on CUDA ``bf16`` (autocast) or ``bf16_cudagraph`` (the
+    forward/backward captured), each through the stepper's own update at lr 0."""
     from torchrl.trainers.algorithms import DreamerV3OptimizationStepper
 
     optimizer = torch.optim.SGD(loss_module.parameters(), lr=0.0)
     stepper = DreamerV3OptimizationStepper(
-        stepper_loss, optimizer, None, compile_train_step=False, cudagraph=False
+        stepper_loss,
+        optimizer,
+        None,
+        compile_train_step=False,
+        cudagraph=mode == "bf16_cudagraph",
+        mixed_precision=mode != "fp32",
     )
     saved = [b.clone() for b in loss_module.buffers()]
     for p in loss_module.parameters():
         p.grad = None
-    torch.manual_seed(3)
-    if fixed:
-        with same_draws():
+    with same_draws() if fixed else contextlib.nullcontext():
+        if mode == "fp32":
+            torch.manual_seed(3)
             out = stepper._forward_backward(stepper._prepare_sample(sample.clone()))
-    else:
-        out = stepper._forward_backward(stepper._prepare_sample(sample.clone()))
+        else:
+            if mode == "bf16_cudagraph":
+                stepper.warmup(sample.clone())
+            torch.manual_seed(3)
+            out = stepper.step(None, sample.clone())
     grads = {n: p.grad.clone() for n, p in loss_module.named_parameters() if p.grad is not None}
     buffers = [b.clone() for b in loss_module.buffers()]
     with torch.no_grad():
