@@ -315,8 +315,13 @@ class FusedDreamerV3Loss(nn.Module):
         """torch.compile the rollouts' step functions: small graphs, compiled once per
         shape, that fuse the elementwise chains of the 64 + 15 steps. The batched parts
         (encoder, decoder, reconstruction) stay eager: compiling them gained little and
-        doubled the cold compile (benchmarks/README.md, "Learner modes")."""
+        doubled the cold compile (benchmarks/README.md, "Learner modes"). Everything after
+        imagination (``_behavior``) is one loop-free graph over all imagined states:
+        compiled, it fuses the heads' and the losses' elementwise work, 16% of an update
+        (``benchmarks/profile_update.py``). It draws nothing at random: the actors'
+        distributions here (IndependentNormal, MaskedMultiHead) have analytic entropies."""
         self.cell.compile()
+        self._behavior = torch.compile(self._behavior, dynamic=False)
 
     # -- world model -------------------------------------------------------------
     def _world_model(self, sample: TensorDictBase):
@@ -419,7 +424,6 @@ class FusedDreamerV3Loss(nn.Module):
 
     def forward(self, sample: TensorDictBase) -> TensorDictBase:
         loss = self.inner
-        actor_loss, value_loss = self.actor_loss, loss.value_loss
         terms, states, beliefs, wm_features = self._world_model(sample)
         batch = sample.batch_size
 
@@ -430,9 +434,39 @@ class FusedDreamerV3Loss(nn.Module):
             start_state, start_belief = start_state[..., -last:, :], start_belief[..., -last:, :]
         start_state = start_state.reshape(-1, states.shape[-1])
         start_belief = start_belief.reshape(-1, beliefs.shape[-1])
-        horizon = actor_loss.imagination_horizon
-        features, actions = self._imagine(start_state, start_belief, horizon)
-        size = start_state.shape[-1]
+        features, actions = self._imagine(
+            start_state, start_belief, self.actor_loss.imagination_horizon
+        )
+        next_td = sample.get("next")
+        result = self._behavior(
+            terms,
+            states,
+            beliefs,
+            wm_features,
+            features,
+            actions,
+            next_td.get("reward"),
+            next_td.get("done"),
+            next_td.get("terminated"),
+            last,
+        )
+        out = TensorDict(result, [])
+        out.set(
+            loss.tensor_keys.replay_context,
+            TensorDict({"state": states.detach(), "belief": beliefs.detach()}, batch),
+        )
+        return out
+
+    def _behavior(
+        self, terms, states, beliefs, wm_features, features, actions, reward, done, terminated, last
+    ) -> dict[str, torch.Tensor]:
+        """Everything after imagination: the heads on the imagined states, the actor's
+        and the critic's losses, the replay-value loss, and the weighted sum of all
+        terms: one graph for ``compile``."""
+        loss = self.inner
+        actor_loss, value_loss = self.actor_loss, loss.value_loss
+        horizon = actions.shape[1]
+        size = states.shape[-1]
         im_states, im_beliefs = features[..., :size], features[..., size:]
         now_s, now_b, now_f = im_states[:, :horizon], im_beliefs[:, :horizon], features[:, :horizon]
         value_logits_all, lambda_target, baseline, discount, continuation = self._returns(
@@ -468,7 +502,9 @@ class FusedDreamerV3Loss(nn.Module):
         else:
             slow_loss = torch.zeros_like(critic)
 
-        replay_value = self._replay_value(sample, states, beliefs, wm_features, lambda_target, last)
+        replay_value = self._replay_value(
+            reward, done, terminated, states, beliefs, wm_features, lambda_target, last
+        )
         terms = {key: value.squeeze() for key, value in terms.items()}
         terms["policy"] = actor_value
         terms["value"] = reduce_loss(value_loss, step_discount * critic)
@@ -483,15 +519,10 @@ class FusedDreamerV3Loss(nn.Module):
             value_slow_loss=reduce_loss(value_loss, step_discount * slow_loss).detach(),
         )
         result["replay_value"] = replay_value.detach()
-        out = TensorDict(result, [])
-        out.set(
-            loss.tensor_keys.replay_context,
-            TensorDict({"state": states.detach(), "belief": beliefs.detach()}, batch),
-        )
-        return out
+        return result
 
     def _replay_value(
-        self, sample, states, beliefs, features, lambda_target, last: int | None
+        self, reward, done, terminated, states, beliefs, features, lambda_target, last
     ) -> torch.Tensor:
         """torchrl's replay-value term: the critic on the posterior states (gradients
         reach the world model), bootstrapped from each state's first imagined return;
@@ -499,17 +530,16 @@ class FusedDreamerV3Loss(nn.Module):
         loss, value_loss = self.inner, self.inner.value_loss
         if not loss.replay_value_loss_weight:
             return states.new_zeros(())
-        next_td = sample.get("next")
         if last is not None:
-            next_td = next_td[..., -last:]
+            reward, done = reward[..., -last:, :], done[..., -last:, :]
+            terminated = None if terminated is None else terminated[..., -last:, :]
             states, beliefs = states[..., -last:, :], beliefs[..., -last:, :]
             features = features[..., -last:, :]
-        done = next_td.get("done")
         target = replay_value_target(
-            next_td.get("reward"),
+            reward,
             done,
-            next_td.get("terminated"),
-            lambda_target[..., 0, 0].reshape(next_td.batch_size),
+            terminated,
+            lambda_target[..., 0, 0].reshape(done.shape[:-1]),
             loss.continuation_horizon,
             loss.lmbda,
         )
