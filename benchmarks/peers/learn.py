@@ -125,6 +125,18 @@ def at_budget(curve: list[list[float]], steps: int) -> float | None:
     return sum(ret * n for ret, n in late) / episodes if episodes else None
 
 
+def commit() -> str:
+    """This tree's commit, ``+`` where it has uncommitted changes."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+        return done.stdout.strip()
+
+    return git("rev-parse", "--short", "HEAD") + (
+        "+" if git("status", "--porcelain", "dreamer") else ""
+    )
+
+
 def finished(impl: str, logdir: Path, steps: int) -> bool:
     if impl == "ours":
         rows = [row for row in jsonl_rows(logdir / "metrics.jsonl") if "eval/return" not in row]
@@ -160,6 +172,7 @@ def run(impl: str, task: str, seed: int, steps: int, runs: Path, reuse: bool) ->
                     "load_after": os.getloadavg()[0],
                     "date": datetime.date.today().isoformat(),
                     "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+                    "commit": commit(),  # ours' code: its speed changes between commits
                 }
             )
         )
