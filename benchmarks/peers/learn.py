@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import ctypes.util
 import datetime
 import json
 import os
@@ -63,6 +64,12 @@ def official_source() -> Path:
         raise ConfigError(
             "official: .venv-peers/official is not built; run make peers OFFICIAL_SRC=<a "
             "checkout of github.com/danijar/dreamerv3>"
+        )
+    if ctypes.util.find_library("OSMesa") is None:
+        # its DMC env renders a 64 x 64 'log/image' every step, proprio runs too
+        raise ConfigError(
+            "official: its DMC env renders every step and needs MuJoCo's CPU renderer: "
+            "install Debian's libosmesa6 (make osmesa)"
         )
     return Path(recorded.read_text().strip())
 
