@@ -131,7 +131,8 @@ class LearnerConfig:
     device: str = _f("auto", choices=("auto", "cpu", "cuda"))
     precision: str = _f("auto", choices=("auto", "bf16", "fp32"))  # auto: bf16 on CUDA
     # torch.compile the update (cached in the user cache): with the fused rollout, its two
-    # step functions (small graphs); with torchrl's, the stepper's whole step.
+    # step functions (small graphs) and everything after imagination (one graph); with
+    # torchrl's, the stepper's whole step.
     # auto: on CUDA (the long CPU presets set true: it pays after a few hundred updates)
     compile: str = _f("auto", choices=TRISTATE)
     cudagraph: str = _f("auto", choices=TRISTATE)  # CUDA-graph forward/backward; auto: on CUDA
