@@ -5,6 +5,7 @@ Importing this module registers ``Faulty-v0``; the trainer takes it as
 """
 
 import os
+import time
 
 import gymnasium
 import numpy as np
@@ -99,13 +100,17 @@ gymnasium.register("BadData-v0", entry_point=BadDataEnv)
 
 class SlowStartEnv(FaultyEnv):
     """``SlowStart-v0``: takes ``delay`` seconds to make, in whichever process makes it
-    (an evaluation process still starting when a run stops)."""
+    (an evaluation process still starting when a run stops), and ``step_delay`` seconds
+    per step (an evaluation still running when a run stops)."""
 
-    def __init__(self, delay: float = 0.0):
-        import time
-
+    def __init__(self, delay: float = 0.0, step_delay: float = 0.0):
         time.sleep(delay)
         super().__init__(fail_every=10**9)
+        self.step_delay = step_delay
+
+    def step(self, action):
+        time.sleep(self.step_delay)
+        return super().step(action)
 
 
 gymnasium.register("SlowStart-v0", entry_point=SlowStartEnv)

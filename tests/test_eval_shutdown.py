@@ -2,7 +2,9 @@
 starting when torchrl's evaluator gives up waiting (5 s), and must not outlive the
 shutdown (multiprocessing joins a run's children at exit: the run would never end)."""
 
+import logging
 import multiprocessing
+import threading
 import time
 
 import pytest
@@ -29,3 +31,30 @@ def test_a_shutdown_right_after_a_trigger_leaves_no_evaluation_process(tmp_path)
     runner.shutdown()
     left = [p for p in multiprocessing.active_children() if p not in before and p.is_alive()]
     assert not left, f"{left} alive {time.monotonic() - started:.0f} s after the shutdown"
+
+
+@pytest.mark.slow
+def test_a_shutdown_during_an_evaluation_stops_it_without_a_traceback(
+    tmp_path, monkeypatch, caplog
+):
+    """torchrl's evaluator thread, blocked on its worker's results, raises when the
+    shutdown ends that worker: the run's stop must not print that as a crash."""
+    cfg = load(["experiment=smoke", "env=gym", "env.id=tests.faulty_env:SlowStart-v0"])
+    env = env_config(cfg.env, tmp_path)
+    spaces, achievements = describe_env(env, 0)
+    env = OmegaConf.merge(env, {"kwargs": {"step_delay": 0.3}})  # 50 steps: 15 s
+    agent = build_agent(cfg.model, cfg.learner, spaces)
+    uncaught = []
+    monkeypatch.setattr(threading, "excepthook", uncaught.append)
+    runner = EvalRunner.from_config(cfg, env, spaces, achievements)
+    runner.trigger(0, agent.policy)
+    deadline = time.monotonic() + 120
+    while runner.process() is None or not runner.process().is_alive():
+        assert time.monotonic() < deadline, "the evaluation process never started"
+        time.sleep(0.2)
+    time.sleep(3.0)  # into its episodes
+    assert runner.pending_step == 0, "the evaluation ended before the shutdown"
+    with caplog.at_level(logging.INFO):
+        runner.shutdown()
+    assert not uncaught, [f"{a.exc_type.__name__}: {a.exc_value}" for a in uncaught]
+    assert "eval at env step 0 stopped by the shutdown" in caplog.text

@@ -4,8 +4,10 @@ evaluation that runs during training on an env process of its own (torchrl's
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -87,6 +89,26 @@ def make_eval_env(
         return make_env(env, seed, latent, step_cap)
     makers = [functools.partial(make_env, env, seed + i, latent, step_cap) for i in range(count)]
     return SerialEnv(count, makers)
+
+
+@contextlib.contextmanager
+def _quiet_end_of(thread, step):
+    """torchrl's evaluator thread, waiting on an evaluation that outlasts the shutdown's
+    5 s, raises when the shutdown ends its worker: one line instead of a traceback that
+    reads like a crash. Other threads' exceptions reach the usual hook."""
+    previous = threading.excepthook
+
+    def hook(args):
+        if args.thread is thread:
+            log.info("eval at env step %s stopped by the shutdown", step)
+        else:
+            previous(args)
+
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        threading.excepthook = previous
 
 
 class EvalRunner:
@@ -297,13 +319,14 @@ class EvalRunner:
         machine it can miss them and live on, and the run's exit would then wait for
         it forever (multiprocessing joins its children at exit): end it here."""
         process = self.process()
-        self.evaluator.shutdown()
-        # a trigger just before may still be building the process in torchrl's backend
-        # thread: wait for that thread, then look again (else the process, started after
-        # the shutdown, would hold the run's exit forever)
         thread = compat.evaluator_thread(self.evaluator)
-        if thread is not None and thread.ident is not None:
-            thread.join(BUILD_TIMEOUT)  # woken by the shutdown: long only while building
+        with _quiet_end_of(thread, self.pending_step):
+            self.evaluator.shutdown()
+            # a trigger just before may still be building the process in torchrl's backend
+            # thread: wait for that thread, then look again (else the process, started
+            # after the shutdown, would hold the run's exit forever)
+            if thread is not None and thread.ident is not None:
+                thread.join(BUILD_TIMEOUT)  # woken by the shutdown: long only while building
         process = process or self.process()
         if process is not None and process.is_alive():
             log.warning("the evaluation process outlived its shutdown; terminating it")
