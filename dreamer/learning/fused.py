@@ -447,7 +447,7 @@ class FusedDreamerV3Loss(nn.Module):
             actions,
             next_td.get("reward"),
             next_td.get("done"),
-            next_td.get("terminated"),
+            next_td.get("terminated", None),
             last,
         )
         out = TensorDict(result, [])
