@@ -65,12 +65,6 @@ def official_source() -> Path:
             "official: .venv-peers/official is not built; run make peers OFFICIAL_SRC=<a "
             "checkout of github.com/danijar/dreamerv3>"
         )
-    if ctypes.util.find_library("OSMesa") is None:
-        # its DMC env renders a 64 x 64 'log/image' every step, proprio runs too
-        raise ConfigError(
-            "official: its DMC env renders every step and needs MuJoCo's CPU renderer: "
-            "install Debian's libosmesa6 (make osmesa)"
-        )
     return Path(recorded.read_text().strip())
 
 
@@ -179,8 +173,9 @@ def run(impl: str, task: str, seed: int, steps: int, runs: Path, reuse: bool) ->
                     "load_after": os.getloadavg()[0],
                     "date": datetime.date.today().isoformat(),
                     "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-                    "commit": commit(),  # ours' code: its speed changes between commits
                 }
+                # ours' code: its speed changes between commits
+                | ({"commit": commit()} if impl == "ours" else {})
             )
         )
     record |= json.loads(info.read_text()) if info.exists() else {}
@@ -287,6 +282,12 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"--impls: unknown {', '.join(unknown)}; known: {', '.join(IMPLS)}")
         if "official" in args.impls and not args.reuse:
             official_source()
+            if ctypes.util.find_library("OSMesa") is None:
+                # its DMC env renders a 64 x 64 'log/image' every step, proprio runs too
+                raise ConfigError(
+                    "official: its DMC env renders every step and needs MuJoCo's CPU "
+                    "renderer: install Debian's libosmesa6 (make osmesa)"
+                )
         steps = args.steps or load([PRESET]).run.steps
     except ConfigError as error:
         print(f"learn.py: {error}", file=sys.stderr)
