@@ -38,13 +38,13 @@ from update_ours import Ours  # noqa: E402
 
 from dreamer.learning.fused import FusedDreamerV3Loss  # noqa: E402
 
-PHASES = {  # label: (object attribute path, method)
-    "forward": ("fused", "forward"),
-    "world model": ("fused", "_world_model"),
-    "posterior rollout (64 steps)": ("fused.cell", "observe"),
-    "imagination (15 steps)": ("fused", "_imagine"),
-    "heads, actor and critic losses on imagined states": ("fused", "_behavior"),
-    "optimizer": ("learner.optimizer", "step"),
+PHASES = {  # label: (attribute path from the learner, method)
+    "forward": ("stepper.loss_module", "forward"),
+    "world model": ("stepper.loss_module", "_world_model"),
+    "posterior rollout (64 steps)": ("stepper.loss_module.cell", "observe"),
+    "imagination (15 steps)": ("stepper.loss_module", "_imagine"),
+    "heads, actor and critic losses on imagined states": ("stepper.loss_module", "_behavior"),
+    "optimizer": ("optimizer", "step"),
 }
 KINDS = {
     "matmul": {"aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm"},
@@ -77,13 +77,10 @@ def label(obj, method: str, name: str) -> None:
 
 def profile_updates(ours: Ours, updates: int) -> dict:
     learner = ours.learner
-    owners = {"learner": learner, "fused": learner.stepper.loss_module}
-    if not isinstance(owners["fused"], FusedDreamerV3Loss):
+    if not isinstance(learner.stepper.loss_module, FusedDreamerV3Loss):
         raise SystemExit("profile_update: the learner does not run the fused loss")
-    owners["fused.cell"] = owners["fused"].cell
-    owners["learner.optimizer"] = learner.optimizer
-    for name, (owner, method) in PHASES.items():
-        label(owners[owner], method, name)
+    for name, (path, method) in PHASES.items():
+        label(functools.reduce(getattr, path.split("."), learner), method, name)
     with profile(activities=[ProfilerActivity.CPU]):
         ours.update()  # compiled graphs guard on the profiler: their recompile goes here
     walls = []
