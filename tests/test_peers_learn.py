@@ -72,6 +72,24 @@ def test_the_cpu_preset_is_the_official_one_but_for_ratio_budget_and_replay_size
     assert cpu.replay.size >= cpu.run.steps  # nothing evicted, as with the official's 5e6
 
 
+def test_the_wall_ratio_compares_runs_on_the_same_cpu_only():
+    def record(impl, seed, wall, cpu=None):
+        run = {"impl": impl, "seed": seed, "steps": 50, "wall_s": wall, "return_at_budget": 1.0}
+        return run | ({"cpu": cpu} if cpu else {})
+
+    runs = [
+        record("ours", 0, 100.0, "fast"),
+        record("ours", 1, 140.0, "fast"),
+        record("official", 0, 240.0, "fast"),
+        record("ours", 2, 300.0, "slow"),  # no official run on this CPU: no ratio
+        record("ours", 3, 90.0),
+        record("official", 1, 100.0),  # recorded before the CPU was
+        record("official", 2, 999.0, "fast") | {"steps": 60},  # another budget
+    ]
+    ratios = learn.summary({f"run{i}": r for i, r in enumerate(runs)}, 50)["ours_vs_official"]
+    assert ratios["wall_ratio_by_cpu"] == {"fast": 0.5, "unrecorded": 0.9}
+
+
 @pytest.mark.slow
 def test_the_preset_trains_end_to_end_and_the_harness_records_it(tmp_path):
     task, steps = "cartpole_balance", 1280

@@ -43,6 +43,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.peers.update import machine  # noqa: E402
 from dreamer.config import load  # noqa: E402
 from dreamer.errors import ConfigError  # noqa: E402
 from tests.runs import jsonl_rows  # noqa: E402
@@ -173,6 +174,7 @@ def run(impl: str, task: str, seed: int, steps: int, runs: Path, reuse: bool) ->
                     "load_after": os.getloadavg()[0],
                     "date": datetime.date.today().isoformat(),
                     "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+                    "cpu": machine()["cpu"],  # machines differ between sessions
                 }
                 # ours' code: its speed changes between commits
                 | ({"commit": commit()} if impl == "ours" else {})
@@ -206,11 +208,24 @@ def summary(runs: dict, steps: int) -> dict:
             "inside_official_range": official["range"][0]
             <= ours["mean_return_at_budget"]
             <= official["range"][1],
-            "wall_ratio": (ours["mean_wall_s"] / official["mean_wall_s"])
-            if ours["mean_wall_s"] and official["mean_wall_s"]
-            else None,
+            "wall_ratio_by_cpu": wall_ratios(runs, steps),
         }
     return out
+
+
+def wall_ratios(runs: dict, steps: int) -> dict:
+    """Ours' mean wall time over the official's, per CPU model that ran both: the
+    machine differs between sessions, and a ratio across two CPUs would measure them."""
+    walls: dict[str, dict[str, list[float]]] = {}
+    for r in runs.values():
+        if r["steps"] == steps and "wall_s" in r:
+            cpu = walls.setdefault(r.get("cpu", "unrecorded"), {})
+            cpu.setdefault(r["impl"], []).append(r["wall_s"])
+    return {
+        cpu: float(np.mean(impls["ours"]) / np.mean(impls["official"]))
+        for cpu, impls in sorted(walls.items())
+        if {"ours", "official"} <= set(impls)
+    }
 
 
 def binned(curve: list[list[float]], width: int = 1000) -> np.ndarray:
