@@ -205,6 +205,28 @@ def stop(attempt: Attempt, ranks: int, timeout: float) -> None:
         raise ChaosFailed(f"USR1 ended the run with {attempt.process.returncode}: {attempt.tail()}")
 
 
+def stopped_for_a_full_disk(code: int | None, text: str) -> bool:
+    """Exit 1 with one error line for whichever write met the full disk first: an output
+    (metrics, TensorBoard: "No space left on device") or ``run.save_failures``
+    checkpoint writes in a row (a fast run saves several times before its next row)."""
+    errors = [line for line in text.splitlines() if line.startswith("error: ")]
+    return (
+        code == 1
+        and len(errors) == 1
+        and ("No space left" in errors[0] or "checkpoint writes in a row failed" in errors[0])
+    )
+
+
+def judged_end(steps: int, finished: bool, rows: list[dict]) -> int:
+    """The env step the rows are checked up to: ``steps`` once the last rerun finished
+    the run; else the last training row (a run stopped early by a failure went on past
+    ``--steps`` with no step limit, and its rows there are not a duplicated final row)."""
+    if finished:
+        return steps
+    train = [row["env_steps"] for row in rows if "eval/return" not in row]
+    return train[-1] if train else 0
+
+
 def storage_fault(kind: str, attempt: Attempt, logdir: Path, ranks: int, timeout: float) -> str:
     """Deliver ``kind`` to the run of ``attempt``; returns what the next attempt's log
     must show (it then runs the same command)."""
@@ -216,8 +238,7 @@ def storage_fault(kind: str, attempt: Attempt, logdir: Path, ranks: int, timeout
         except subprocess.TimeoutExpired:
             raise ChaosFailed(f"the run did not stop on a full disk: {attempt.tail()}") from None
         filler.unlink()
-        errors = [line for line in attempt.text().splitlines() if line.startswith("error: ")]
-        if attempt.process.returncode != 1 or not errors or "No space left" not in errors[-1]:
+        if not stopped_for_a_full_disk(attempt.process.returncode, attempt.text()):
             code = attempt.process.returncode
             raise ChaosFailed(f"a full disk ended the run with {code}: {attempt.tail()}")
         return r"resuming from"
@@ -349,7 +370,9 @@ def chaos(args: argparse.Namespace) -> dict:
         for attempt in attempts
         for step in re.findall(r"eval at env step (\d+) skipped", attempt.text())
     ]
-    duplicated, missing = check_rows(rows, steps, log_every, eval_every, skipped)
+    finished = failure is None and harness_failure is None
+    end = judged_end(steps, finished, rows)
+    duplicated, missing = check_rows(rows, end, log_every, eval_every, skipped)
     checks: dict[str, object] = {}
     train = [row for row in rows if "eval/return" not in row]
     last = train[-1] if train else {}

@@ -51,3 +51,32 @@ def test_an_evaluation_the_run_skipped_with_a_line_is_not_missing():
     assert check_rows(train + evals, 1600, 100, 500) == (0, 1)  # due at 1,000: no row
     assert check_rows(train + evals, 1600, 100, 500, skipped=[1024]) == (0, 0)
     assert check_rows(train + evals + evals[:1], 1600, 100, 500, [1024]) == (1, 0)
+
+
+def test_a_full_disk_may_stop_the_run_at_its_checkpoints_or_at_its_outputs():
+    """A fast run saves several times (``run.save_every=1``) before its next metrics row:
+    the checkpoint writes fail first and stop it, with their own line."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from chaos import stopped_for_a_full_disk
+
+    saves = "error: 3 checkpoint writes in a row failed (last: ...); a rerun resumes from x"
+    output = "error: /tmp/run/tensorboard: No space left on device"
+    assert stopped_for_a_full_disk(1, f"log\n{saves}\n")
+    assert stopped_for_a_full_disk(1, f"log\n{output}\n")
+    assert not stopped_for_a_full_disk(0, f"log\n{saves}\n")  # it must stop
+    assert not stopped_for_a_full_disk(1, "error: replay: a worker died\n")
+    assert not stopped_for_a_full_disk(1, f"{output}\n{saves}\n")  # one line, not two
+
+
+def test_rows_of_a_run_a_failure_stopped_early_are_not_duplicates():
+    """With no step limit the run goes on past ``--steps`` until a failure stops the
+    harness: its rows there are one per interval, not many final rows."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from chaos import check_rows, judged_end
+
+    rows = [{"env_steps": step} for step in range(100, 4801, 100)]
+    end = judged_end(2750, finished=False, rows=rows)
+    assert end == 4800
+    assert check_rows(rows, end, 100, 0) == (0, 0)
+    assert check_rows(rows, judged_end(2750, True, rows), 100, 0) == (20, 0)  # as before
+    assert check_rows(rows[:10] + rows[9:], end, 100, 0) == (1, 0)  # a real duplicate
