@@ -18,9 +18,12 @@ Trailing ``key=value`` arguments are config overrides for every path, e.g.
 a static batch of every worker, and then (b)'s driver policy runs on CUDA too.
 ``--json PATH`` writes ``{"<env>": {"limit": .., "stock": .., "chunk1": .., "chunk64": ..,
 "model": .., "models": {"<model>": {...}}, "machine": ..}}`` in env steps/s; the four
-top-level figures are size1m's (the goal's model) when it was measured. The trainer's
-start-up note on cheap envs quotes ``benchmarks/results/collect.json``'s CartPole figures,
-copied into ``dreamer/data/collect.py`` (``MEASURED``; a test checks they agree).
+top-level figures are size1m's (the goal's model) when it was measured.
+``benchmarks/results/collect.json`` is this script's output; benchmarks/README.md
+("Collection throughput") and the README's "Collection" quote it, and
+``tests/test_docs.py`` checks the README's ratios against it. The trainer's start-up note
+on a cheap vector env (``dreamer/data/collect.py``'s ``path_note``) quotes no figure: it
+points to benchmarks/README.md.
 """
 
 from __future__ import annotations

@@ -34,6 +34,10 @@ PRESET = ["experiment=dmc_proprio_cpu", "env.task=cartpole_balance"]
 # name: (overrides, environment variables)
 LAYOUTS = {
     "default": ([], {}),
+    "unpaced": (["collector.pace=none"], {}),  # the default before collector.pace
+    "nice": (["collector.pace=nice"], {}),
+    "pause": (["collector.pace=pause"], {}),
+    "nice_learner1": (["collector.pace=nice", "learner.threads=1"], {}),
     "learner1": (["learner.threads=1"], {}),
     "learner2": (["learner.threads=2"], {}),
     "learner2_passive": (["learner.threads=2"], {"OMP_WAIT_POLICY": "PASSIVE"}),

@@ -109,6 +109,10 @@ class CollectorConfig:
     threads: int = _f(1, ">= 1")  # torch threads in the inference server
     envs_per_worker: int = _f(1, ">= 1")  # > 1: grouped workers, policy served from a driver thread
     worker_affinity: str = _f("none", choices=("none", "spread"))  # spread: worker i on core i
+    # while the learner updates: nice = env workers and inference at the lowest CPU
+    # priority, pause = parked; none = both run beside it; auto = nice on a CPU learner
+    # with few cores (they share them), none otherwise. A paced learner gets every core.
+    pace: str = _f("auto", choices=("auto", "nice", "pause", "none"))
     inference: InferenceConfig = field(default_factory=InferenceConfig)
 
 
@@ -580,6 +584,7 @@ RESUMABLE_KEYS = (
     "collector.push_timeout",
     "collector.threads",
     "collector.envs_per_worker",
+    "collector.pace",
     "collector.worker_affinity",
     *(f"collector.inference.{f.name}" for f in dataclasses.fields(InferenceConfig)),
     "learner.threads",
@@ -636,17 +641,43 @@ def _default(field: dataclasses.Field) -> Any:
     return field.default
 
 
+def group_defaults(group: str, option: str) -> DictConfig:
+    """What ``<group>=<option>`` (``env`` or ``model``) makes its section before an
+    experiment preset or an override: the option's YAML over the section's schema (for
+    ``env``, its kind's settings), as ``load`` composes and ``finish`` types it."""
+    preset = OmegaConf.load(CONF_DIR / group / f"{option}.yaml")
+    cls = registry.settings(preset.name) if group == "env" else typing.get_type_hints(Config)[group]
+    return OmegaConf.merge(OmegaConf.structured(cls), preset)
+
+
+def _shown(node: DictConfig, key: str) -> str:
+    """``key=value`` as usage prints it; the bare key when it has no value yet."""
+    if OmegaConf.is_missing(node, key):
+        return key
+    value = node[key]
+    return f"{key}={OmegaConf.to_container(value) if OmegaConf.is_config(value) else value}"
+
+
 def usage() -> str:
-    """Short help: groups with their options, then every key with its schema default."""
+    """Short help: groups with their options, then every key with the value a run gets:
+    per option of the env and model groups, the schema's default for the other sections."""
     lines = [USAGE, "", "groups (group=option):"]
     lines += [f"  {g:<11} {' | '.join(_options(g))}" for g in GROUPS]
-    lines += ["", "keys (section.key=value; schema defaults shown, the rest come from the group):"]
-    kinds = [(f"env ({name})", registry.settings(name)) for name in registry.KINDS]
-    for section, cls in _sections(Config)[:1] + kinds + _sections(Config)[1:]:
+    lines += [
+        "",
+        "keys (section.key=value) as a run gets them: per option of env= and model=, the",
+        "schema's default for the rest; experiment= presets set some anew; a bare key must be set:",
+    ]
+    for group in ("env", "model"):
+        for option in _options(group):
+            node = group_defaults(group, option)
+            shown = [_shown(node, key) for key in node if key != "name"]
+            lines.append(f"  {f'{group}={option}:':<16} " + " ".join(shown))
+    for section, cls in _sections(Config):
+        if section in ("env", "model"):
+            continue
         hints = typing.get_type_hints(cls)
         fields = [f for f in dataclasses.fields(cls) if not dataclasses.is_dataclass(hints[f.name])]
-        if section.startswith("env ("):  # a kind's own keys; env: the common ones
-            fields = [f for f in fields if f.name not in typing.get_type_hints(EnvSettings)]
         shown = [f.name if _default(f) is MISSING else f"{f.name}={_default(f)}" for f in fields]
         lines.append(f"  {section + ':':<16} " + " ".join(shown))
     lines += ["", "--cfg job   print the resolved config as YAML and exit"]

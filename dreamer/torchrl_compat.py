@@ -130,3 +130,22 @@ def mlflow_logger(resume_id: str | None):
             return run
 
     return Resumable
+
+
+# -- where the collector's processes come from: torchrl's auto transport and its
+# inference server always use the spawn start method, and every spawned env worker then
+# imports torch and torchrl anew (~250 MB of private memory each, 16 workers: 4 GB);
+# forked from a forkserver that imported them once, the workers share those pages
+
+
+def start_from_forkserver(collector, preload: list[str]) -> None:
+    """Start ``collector``'s env workers and inference process (not yet started: they
+    start at its first iteration) from a forkserver that imports ``preload`` first.
+    The slot transport's shared primitives, made from the spawn context, pickle to
+    forkserver children as to spawned ones (both rebuild them by name)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(preload)
+    collector._transport._ctx = context
+    collector._server._ctx = context

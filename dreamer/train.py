@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from dreamer.agent.spaces import spaces_to_dict
 from dreamer.config import from_argv
-from dreamer.data.collect import CollectorError, path_note
+from dreamer.data.collect import CollectorError, pace_mode, path_note
 from dreamer.errors import ConfigError
 from dreamer.evaluation.periodic import PeriodicEvaluation
 from dreamer.learning.learner import NonFiniteError, learner_threads
@@ -27,6 +27,7 @@ from dreamer.outputs.logs import (
     setup_logging,
 )
 from dreamer.runtime import checkpoint, signals
+from dreamer.runtime.cores import usable_cores
 from dreamer.runtime.dist import World, process_group
 from dreamer.runtime.heap import frozen_heap
 from dreamer.runtime.lock import RunLock, RunLockedError
@@ -82,8 +83,9 @@ def _ranked(world: World, error: Exception) -> str:
 
 def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=build_parts) -> int:
     """The loop. ``build`` makes the run's parts (``dreamer.training.parts.build_parts``)."""
-    torch.set_num_threads(learner_threads(cfg.learner.threads, device))
-    parts = build(cfg, logdir, world, device)
+    pace = pace_mode(cfg.collector.pace, device.type == "cpu")
+    torch.set_num_threads(learner_threads(cfg.learner.threads, device, pace != "none"))
+    parts = build(cfg, logdir, world, device, pace=pace)
     parts.restore(cfg, resume, world)
     agent, learner, replay, steps, collector = (
         parts.agent,
@@ -115,10 +117,13 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
     speed_note = CpuSpeedNote(cfg, enabled=world.main and device.type == "cpu")
     progress = Progress(cfg.run.steps, initial=start, enabled=cfg.run.progress and world.main)
     log.info(
-        "training %s on %s (learner: %d torch threads), logging to %s",
+        "training %s on %s (learner: %d torch threads of %d usable cores; collection "
+        "pace while it updates: %s), logging to %s",
         cfg.model.name,
         cfg.env.name,
         torch.get_num_threads(),
+        usable_cores(),
+        pace,
         logdir,
     )
     alone = not world.distributed  # acts on its own stop signal at once; ranks at the lockstep
@@ -131,18 +136,20 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
                 env_steps, stopping, ready = steps(
                     parts.episodes.worker_steps, bool(stop.received), replay.can_sample()
                 )
-                for _ in range(parts.train_ratio(env_steps, ready)):
-                    with timers.phase("sample"):
-                        batch = replay.sample()
-                    started = time.perf_counter()
-                    losses.add(learner.update(batch))
-                    timers.add("update", seconds := time.perf_counter() - started)
-                    speed_note(seconds)
-                    if should_push(learner.updates):
-                        with timers.phase("sync"):
-                            collector.push(agent.policy, cfg.collector.push_timeout)
-                    if alone and stop.received:
-                        break
+                due = parts.train_ratio(env_steps, ready)
+                with collector.paced(due > 0):
+                    for _ in range(due):
+                        with timers.phase("sample"):
+                            batch = replay.sample()
+                        started = time.perf_counter()
+                        losses.add(learner.update(batch))
+                        timers.add("update", seconds := time.perf_counter() - started)
+                        speed_note(seconds)
+                        if should_push(learner.updates):
+                            with timers.phase("sync"):
+                                collector.push(agent.policy, cfg.collector.push_timeout)
+                        if alone and stop.received:
+                            break
                 progress.update(env_steps, learner.updates)
                 if evaluation is not None:  # before the save: it holds the one now in flight
                     with timers.phase("eval"):

@@ -4,9 +4,11 @@ finished transitions that land straight in replay."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import logging
+import os
 import signal
 
 import torch
@@ -21,6 +23,7 @@ from torchrl.modules.inference_server import (
 from dreamer import torchrl_compat as compat
 from dreamer.agent.build import build_acting
 from dreamer.agent.spaces import EnvSpaces
+from dreamer.envs import registry
 from dreamer.envs.make import make_env
 from dreamer.errors import ConfigError
 from dreamer.runtime.checkpoint import rng_kept
@@ -59,6 +62,19 @@ def spread_affinity(worker: int) -> list[int]:
     """``collector.worker_affinity=spread``: worker i runs on the i-th allowed core."""
     cores = allowed_cores()
     return [cores[worker % len(cores)]]
+
+
+def forkserver_preload(env) -> list[str]:
+    """What the env workers and the inference process run, imported once by their
+    forkserver: this module (torchrl's collector, the env maker, the acting policy), the
+    env kind's module and its simulator package, then the freeze of that heap."""
+    kind = registry.kind(env["name"])
+    return [
+        __name__,
+        kind.module,
+        *([kind.package] if kind.package else []),
+        "dreamer.runtime.forkserver_heap",
+    ]
 
 
 def check_machine(collector) -> None:
@@ -126,6 +142,8 @@ def make_collector(
             replay_buffer=replay,
         )
     torch.set_num_threads(driver_threads)
+    if not grouped:  # env workers forked from one process that imported what they run
+        compat.start_from_forkserver(result, forkserver_preload(env))
     transport = compat.collector_transport(result)
     if not grouped and not isinstance(transport, ProcessSlotTransport):
         result.shutdown()
@@ -167,6 +185,27 @@ def path_note(has_images: bool) -> str | None:
     )
 
 
+def pace_mode(configured: str, cpu_learner: bool) -> str:
+    """``collector.pace`` resolved. ``auto``: ``nice`` where the learner trains on the CPU
+    on few cores, which the env workers and the inference process share with it; ``none``
+    where they have cores of their own or the learner is on a GPU (collection overlaps
+    the update: the design's many-core node)."""
+    if configured != "auto":
+        return configured
+    return "nice" if cpu_learner and usable_cores() <= FEW_CORES else "none"
+
+
+NICE = 19  # the lowest CPU priority: a paced collection runs only where the learner idles
+
+
+def lower_priority(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.setpriority(os.PRIO_PROCESS, pid, NICE)
+        except OSError as error:  # gone meanwhile: its collector is being replaced
+            log.debug("collector pace: process %d kept its priority (%s)", pid, error)
+
+
 DONE = object()
 
 
@@ -182,9 +221,16 @@ class SelfHealingCollector:
     ``max_failures`` failures in a row without a batch in between re-raise.
     """
 
-    def __init__(self, make, max_failures: int = 3, relaunches: Relaunches | None = None):
+    def __init__(
+        self,
+        make,
+        max_failures: int = 3,
+        relaunches: Relaunches | None = None,
+        pace: str = "none",
+    ):
         self._make = make
         self.max_failures = max_failures
+        self.pace = pace  # resolved ``collector.pace``: nice, pause or none
         self.relaunches = relaunches if relaunches is not None else Relaunches()
         self.replacements = 0
         self.earlier_versions = 0  # weight pushes to earlier collectors (and earlier runs)
@@ -242,6 +288,8 @@ class SelfHealingCollector:
                 log.info("env worker pids: %s", " ".join(map(str, pids)))
                 server = compat.inference_server_process(collector)
                 log.info("inference server pid: %s", server.pid)
+                if self.pace == "nice":
+                    lower_priority([*pids, server.pid])
                 for batch in itertools.chain([first], batches):
                     failures = 0
                     yield batch
@@ -275,6 +323,22 @@ class SelfHealingCollector:
                 self.earlier_versions += collector.policy_version
                 collector.shutdown()
                 self.current = self._make(self.replacements)
+
+    @contextlib.contextmanager
+    def paced(self, active: bool = True):
+        """The block (an update burst, when ``active``) with ``pace=pause``: env workers
+        and the inference process parked until it ends (torchrl's ``pause``). A collector
+        that cannot park (a worker died: its iteration replaces it next) leaves the block
+        unpaced."""
+        if not active or self.pace != "pause" or self.current is None:
+            yield
+            return
+        with contextlib.ExitStack() as stack:
+            try:
+                stack.enter_context(self.current.pause(timeout=30.0))
+            except (RuntimeError, TimeoutError) as error:
+                log.debug("collector pace: not paused (%s)", error)
+            yield
 
     def shutdown(self) -> None:
         if self.current is not None:

@@ -73,15 +73,23 @@ def make(env, seed: int) -> gymnasium.Env:
 
 @dataclass
 class Settings(EnvSettings):
-    game: str = f("pong")  # an ale-py ROM name: pong, ms_pacman, ...
-    size: int = f(64, ">= 16")  # image side
-    gray: bool = f(False)  # one channel
-    repeat: int = f(4, ">= 1")  # frames per action
-    sticky: bool = f(False)  # repeat the previous action with probability 0.25
-    noops: int = f(0, ">= 0")  # up to this many random no-op frames after a reset
-    lives: str = f("unused", choices=("unused", "reset"))  # reset: a lost life ends it
-    pooling: int = f(1, ">= 1")  # max over the last this many frames of a repeat
-    actions: str = f("all", choices=("all", "minimal"))
+    """``env=atari``'s keys; the defaults are the official ``configs.yaml``'s ``env.atari``
+    (the 200M-frame protocol: 96 x 96 gray frames, sticky actions, 30 no-ops, max over 2
+    frames). ``experiment=atari100k`` sets ``env.atari100k``'s instead."""
+
+    game: str = f("pong")  # an ale-py ROM name: pong, ms_pacman, ... (official: atari_pong)
+    size: int = f(96, ">= 16")  # image side (env.atari.size: [96, 96])
+    gray: bool = f(True)  # one channel (env.atari.gray: True)
+    repeat: int = f(4, ">= 1")  # frames per action (env.atari.repeat: 4)
+    # repeat the previous action with probability 0.25 (env.atari.sticky: True)
+    sticky: bool = f(True)
+    # up to this many random no-op frames after a reset (env.atari.noops: 30)
+    noops: int = f(30, ">= 0")
+    # reset: a lost life ends the episode (env.atari.lives: unused)
+    lives: str = f("unused", choices=("unused", "reset"))
+    # max over the last this many frames of a repeat (env.atari.pooling: 2, aggregate: max)
+    pooling: int = f(2, ">= 1")
+    actions: str = f("all", choices=("all", "minimal"))  # env.atari.actions: all
 
 
 def check(env) -> None:

@@ -436,7 +436,7 @@ class Settings(EnvSettings):
     sticky_attack: int = f(30, ">= 0")  # steps an attack keeps going
     sticky_jump: int = f(10, ">= 0")  # steps a jump keeps going
     pitch_limit: float = f(60.0, "(0, 90]")  # camera pitch kept within +- degrees
-    max_steps: int = f(0, ">= 0")  # episode cap, ends as truncation; 0 = none
+    max_steps: int = f(3000, ">= 0")  # episode cap, ends as truncation; 0 = none
     fast_reset: bool = f(True)
     milestone_reward: bool = f(False)  # +1 the first time each item is obtained
     launch_timeout: float = f(600.0, "> 0")  # seconds to wait for the launch lock

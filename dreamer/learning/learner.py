@@ -73,16 +73,16 @@ def use_compile_cache() -> None:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(base / "dreamer" / "torch-compile")
 
 
-def learner_threads(configured: int, device: torch.device) -> int:
-    """``learner.threads`` resolved: 0 means half the usable cores on the CPU, at least
-    one, since the env workers and the inference process run on the same cores (on 2
-    cores one learner thread beats two end to end: benchmarks/README.md, "Thread
-    layout"); on CUDA torch's default (the GPU does the work)."""
+def learner_threads(configured: int, device: torch.device, paced: bool = False) -> int:
+    """``learner.threads`` resolved: 0 means, on the CPU, every usable core when
+    collection is paced (``collector.pace``: it yields them to the update), else half,
+    at least one, since the env workers and the inference process then run beside it
+    (benchmarks/README.md, "The run"); on CUDA torch's default (the GPU does the work)."""
     if configured:
         return configured
     if device.type == "cuda":
         return torch.get_num_threads()
-    return max(1, usable_cores() // 2)
+    return usable_cores() if paced else max(1, usable_cores() // 2)
 
 
 def learner_modes(learner_cfg, device: torch.device) -> dict[str, bool]:

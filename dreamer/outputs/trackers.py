@@ -73,7 +73,7 @@ class MlflowTracker:
 
     def start(self, params: dict) -> str:
         uri, artifacts = self.uri, None
-        if not uri:  # MLflow >= 3.10 refuses plain-file stores: a SQLite file in the run dir
+        if not uri:  # MLflow >= 3.13 refuses plain-file stores: a SQLite file in the run dir
             store = (self.logdir / "mlflow").resolve()
             store.mkdir(parents=True, exist_ok=True)
             uri, artifacts = f"sqlite:///{store / 'mlflow.db'}", (store / "artifacts").as_uri()

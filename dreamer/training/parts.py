@@ -55,8 +55,9 @@ class TrainingParts:
 
 
 def build_parts(
-    cfg, logdir: Path, world: World, device: torch.device, make_learner=Learner
+    cfg, logdir: Path, world: World, device: torch.device, make_learner=Learner, pace="none"
 ) -> TrainingParts:
+    """``pace``: the resolved ``collector.pace`` (``dreamer.data.collect.pace_mode``)."""
     check_machine(cfg.collector)
     env = env_config(cfg.env, logdir)
     spaces, achievements = describe_env(env, cfg.run.seed)
@@ -94,7 +95,7 @@ def build_parts(
         return collector
 
     relaunches = Relaunches()
-    collector = SelfHealingCollector(new_collector, relaunches=relaunches)
+    collector = SelfHealingCollector(new_collector, relaunches=relaunches, pace=pace)
     registry = checkpoint.Registry()
     for name, part in (
         ("learner", learner),

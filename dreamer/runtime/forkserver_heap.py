@@ -1,0 +1,9 @@
+"""Imported last by the collector's forkserver, after the modules it preloads: freezes
+their objects (``gc.freeze()``), so that a collection in a forked env worker never
+walks them and writes their headers, which would copy the pages the workers share.
+
+Importing this module has that effect on purpose; nothing else imports it."""
+
+import gc
+
+gc.freeze()

@@ -1,0 +1,104 @@
+"""One source for every default: an env kind's keys get theirs from its ``Settings``
+(``dreamer/envs/<kind>.py``) alone, and ``--help`` prints the values a run of each group
+option gets, as ``--cfg job`` resolves them."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+import yaml
+from omegaconf import MISSING, OmegaConf
+
+from dreamer import config
+from dreamer.config import CONF_DIR, from_argv
+from dreamer.envs import registry
+
+ENV_PRESETS = sorted((CONF_DIR / "env").glob("*.yaml"))
+# key=value with a list or mapping value (spaces inside), key=value, or a bare key
+TOKEN = re.compile(r"(\w+)(?:=(\[[^\]]*\]|\{[^}]*\}|\S+))?")
+DERIVED = {"run.logdir"}  # None in the schema: the run derives runs/<env>/<timestamp>
+
+
+def printed(capsys, *argv: str) -> str:
+    """What ``python -m dreamer.train ARGV`` prints before it exits 0 (the same parser)."""
+    with pytest.raises(SystemExit) as exited:
+        from_argv(list(argv))
+    out, err = capsys.readouterr()
+    assert exited.value.code == 0, err
+    return out
+
+
+def help_lines(capsys) -> dict[str, dict[str, str | None]]:
+    """``--help``'s key lines: {label: {key: the printed value, or None for a bare key}}."""
+    lines = {}
+    for line in printed(capsys, "--help").splitlines():
+        found = re.fullmatch(r"  ([\w.=]+):\s+(.*)", line)
+        if found:
+            tokens = TOKEN.findall(found[2])
+            lines[found[1]] = {key: (value if value else None) for key, value in tokens}
+    return lines
+
+
+def resolved(capsys, *overrides: str) -> dict:
+    return yaml.safe_load(printed(capsys, *overrides, "--cfg", "job"))
+
+
+@pytest.mark.parametrize("path", ENV_PRESETS, ids=lambda p: p.stem)
+def test_an_env_preset_sets_only_what_its_kinds_schema_leaves_unset(path):
+    """A value both in ``conf/env/<kind>.yaml`` and in the kind's ``Settings`` is two
+    sources that can disagree (atari's YAML said 96 x 96 gray frames, its schema 64 RGB,
+    and ``--help`` printed the schema's): the YAML names the kind and fills only keys
+    without a schema default."""
+    preset = OmegaConf.load(path)
+    fields = {item.name: item for item in dataclasses.fields(registry.settings(preset.name))}
+    required = {
+        name
+        for name, item in fields.items()
+        if item.default is MISSING or item.default == MISSING  # omegaconf's "???"
+    }
+    restated = {key: preset[key] for key in preset if key not in required}
+    assert not restated, f"{path.name} restates schema defaults: {restated}"
+
+
+@pytest.mark.parametrize("group", ["env", "model"])
+def test_help_prints_what_a_run_of_each_option_gets(group, capsys):
+    """For every option of the group and every key of its section, ``--help``'s value is
+    ``--cfg job``'s with ``<group>=<option>``; a key printed bare has no value until set
+    (``env=gym``'s ``id``): ``--cfg job`` needs it."""
+    lines = help_lines(capsys)
+    options = config._options(group)
+    assert {label for label in lines if label.startswith(f"{group}=")} == {
+        f"{group}={option}" for option in options
+    }
+    for option in options:
+        shown = lines[f"{group}={option}"]
+        bare = [key for key, value in shown.items() if value is None]
+        for key in bare:  # without it the run refuses to start
+            with pytest.raises(SystemExit) as exited:
+                from_argv([f"{group}={option}", "--cfg", "job"])
+            assert exited.value.code == 2
+            assert f"{group}.{key}" in capsys.readouterr().err
+        filled = [f"{group}.{key}=Set-v0" for key in bare]
+        section = resolved(capsys, f"{group}={option}", *filled)[group]
+        assert set(shown) == set(section) - {"name"}, option
+        for key, value in shown.items():
+            if value is not None:
+                assert value == str(section[key]), f"{group}={option}: {key}"
+
+
+def test_help_prints_the_other_sections_as_a_run_without_overrides_gets_them(capsys):
+    lines = help_lines(capsys)
+    run = resolved(capsys)
+    sections = [label for label in lines if "=" not in label]
+    assert "run" in sections and "collector.inference" in sections
+    for label in sections:
+        node = run
+        for part in label.split("."):
+            node = node[part]
+        leaves = {key for key, value in node.items() if not isinstance(value, dict)}
+        assert set(lines[label]) == leaves, label
+        for key, value in lines[label].items():
+            if f"{label}.{key}" not in DERIVED:
+                assert value == str(node[key]), f"{label}.{key}"
