@@ -6,8 +6,10 @@
 Fills the run's replay (``SequenceReplay.from_config``, memory and disk storage) with
 ``--steps`` transitions of the real env acted by random actions, with the acting
 entries the collector delivers (``state``, ``belief`` of the configured model), and
-divides the storage's bytes by its slots. The "with acting latents" layout is what the
-replay kept before issue 17 (``replay_keys`` plus ``state`` and ``belief``).
+divides the storage's bytes by its slots (now: ``SequenceReplay.row_bytes``, what one
+stored transition takes; one-hot actions are stored as indices since issue 37). The
+"with acting latents" layout is what the replay kept before issue 17 (``replay_keys``
+plus ``state`` and ``belief``).
 """
 
 from __future__ import annotations
@@ -22,17 +24,14 @@ from omegaconf import OmegaConf
 from dreamer.agent.build import latent_sizes
 from dreamer.agent.spaces import spaces_from_env
 from dreamer.config import load
-from dreamer.data.replay import ENV_INDEX, SequenceReplay, replay_keys
+from dreamer.data.replay import ENV_INDEX, SequenceReplay, action_heads, replay_keys
 from dreamer.envs.make import make_env
 
 
 def bytes_per_slot(replay: SequenceReplay) -> float:
-    if replay.disk:
-        files = [path for path in replay.directory.rglob("*") if path.is_file()]
-        total = sum(path.stat().st_size for path in files if path.name != "written.npy")
-    else:
-        total = sum(storage._storage.bytes() for storage in replay.storages)
-    return total / (replay.per_stream * replay.streams)
+    """Stored bytes per transition (since issue 37 the storage allocates as it fills,
+    so per stored step, not per slot of the capacity)."""
+    return replay.row_bytes
 
 
 def main() -> None:
@@ -58,7 +57,8 @@ def main() -> None:
     for storage in ("memory", "disk"):
         cfg = load([*sized, f"replay.storage={storage}"])
         with tempfile.TemporaryDirectory() as directory:
-            now = SequenceReplay.from_config(cfg, obs_names, Path(directory) / "now")
+            heads = action_heads(spaces)
+            now = SequenceReplay.from_config(cfg, obs_names, Path(directory) / "now", heads=heads)
             before = SequenceReplay.from_config(cfg, obs_names, Path(directory) / "before")
             before.keys = list(dict.fromkeys([*replay_keys(obs_names), "state", "belief"]))
             for replay in (now, before):

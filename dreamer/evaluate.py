@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 
 from dreamer.agent.build import build_agent
 from dreamer.config import check_value, parse_args, saved
-from dreamer.data.replay import SequenceReplay
+from dreamer.data.replay import SequenceReplay, action_heads
 from dreamer.envs.make import describe_env, env_config
 from dreamer.errors import ConfigError
 from dreamer.evaluation.render import RenderPool, pool_size
@@ -61,7 +61,9 @@ def evaluate(logdir: Path, reports: bool = False, **eval_overrides) -> EvalResul
         # the checkpoint holds rank 0's replay shard: one stream per env worker of rank 0
         ranks = cfg.run.envs // len(state["replay"]["written"])
         obs_names = [key.name for key in spaces.obs]
-        replay = SequenceReplay.from_config(cfg, obs_names, logdir, rank=0, ranks=ranks)
+        replay = SequenceReplay.from_config(  # read (mapped), never written
+            cfg, obs_names, logdir, 0, ranks, heads=action_heads(spaces), readonly=True
+        )
         replay.load_state_dict(state["replay"])
         pool = RenderPool(pool_size(cfg.eval.render_workers))
         submit_reports(pool, logdir, result, cfg, agent, replay, runner.image)

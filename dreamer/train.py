@@ -26,6 +26,7 @@ from dreamer.outputs.logs import (
     Rates,
     setup_logging,
 )
+from dreamer.outputs.trackers import check_installed
 from dreamer.runtime import checkpoint, signals
 from dreamer.runtime.cores import usable_cores
 from dreamer.runtime.dist import World, process_group
@@ -83,6 +84,7 @@ def _ranked(world: World, error: Exception) -> str:
 
 def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=build_parts) -> int:
     """The loop. ``build`` makes the run's parts (``dreamer.training.parts.build_parts``)."""
+    check_installed(cfg.logger.use)
     pace = pace_mode(cfg.collector.pace, device.type == "cpu")
     torch.set_num_threads(learner_threads(cfg.learner.threads, device, pace != "none"))
     parts = build(cfg, logdir, world, device, pace=pace)
@@ -113,7 +115,11 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
     should_log = Clock.aligned(cfg.run.log_every, start)
     should_save = Clock(cfg.run.save_every, time.monotonic())
     should_push = Clock.aligned(cfg.collector.sync_every, learner.updates)
-    losses, rates, timers = IntervalMeans(), Rates(start, learner.updates), LoopTimers()
+    losses, rates, timers = (
+        IntervalMeans(),
+        Rates(start, learner.updates),
+        LoopTimers(learner.updates),
+    )
     speed_note = CpuSpeedNote(cfg, enabled=world.main and device.type == "cpu")
     progress = Progress(cfg.run.steps, initial=start, enabled=cfg.run.progress and world.main)
     log.info(
@@ -167,7 +173,7 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
                             **parts.episodes.flush(),
                             **parts.relaunches.metrics(),
                             **gc_stats.metrics(),
-                            **timers.flush(),
+                            **timers.flush(learner.updates),
                         }
                         writer.write(env_steps, row)
                     if world.main and should_save(time.monotonic()):

@@ -306,8 +306,11 @@ def fill(folder: Path, leave: int = 0) -> Path:
 def flip_a_tensor_byte(path: Path) -> None:
     """One bit flipped in the middle of the largest tensor record of a checkpoint's zip
     (stored, not compressed): the file still unpickles."""
-    with zipfile.ZipFile(path) as archive:
-        record = max(archive.infolist(), key=lambda info: info.file_size)
+    with zipfile.ZipFile(path) as archive:  # tensor storages are the "<name>/data/<n>" records
+        tensors = [
+            info for info in archive.infolist() if info.filename.split("/")[-2:-1] == ["data"]
+        ]
+        record = max(tensors, key=lambda info: info.file_size)
     with path.open("r+b") as handle:
         handle.seek(record.header_offset + 26)  # the local header's name and extra lengths
         name_length, extra_length = struct.unpack("<HH", handle.read(4))

@@ -3,6 +3,7 @@ import torch
 from tensordict import TensorDict
 
 from dreamer.data.replay import SequenceReplay
+from tests.test_replay_files import mapped_file
 
 KEYS = ["step", "is_init", ("next", "obs")]
 
@@ -78,9 +79,17 @@ def test_state_dict_round_trip_restores_contents_and_sampling():
     assert torch.equal(batch["next", "obs"], batch["step"].float()), "nested keys restored"
 
 
-def disk_replay(directory, seed=1, capacity=80):
+def disk_replay(directory, seed=1, capacity=80, chunk=16):
     return SequenceReplay(
-        capacity, 2, batch=16, length=5, keys=KEYS, seed=seed, storage="disk", directory=directory
+        capacity,
+        2,
+        batch=16,
+        length=5,
+        keys=KEYS,
+        seed=seed,
+        storage="disk",
+        directory=directory,
+        chunk=chunk,
     )
 
 
@@ -89,14 +98,14 @@ def test_disk_resume_maps_the_same_contents_without_a_copy(tmp_path):
     for data in interleaved(streams=2, chunks=7, size=8):  # 56 steps per 40-slot stream
         replay.extend(data)
     saved = replay.state_dict()
-    assert "streams" not in saved  # the checkpoint holds cursors, not contents
+    assert "chunks" not in saved  # the checkpoint holds an index, not contents
     digest = replay.digest()
     restored = disk_replay(tmp_path / "replay", seed=99)
     restored.load_state_dict(saved)
     assert restored.digest() == digest and len(restored) == len(replay) == 80
-    storage = restored.storages[0]._storage
-    assert all(
-        type(tensor).__name__ == "MemoryMappedTensor" for tensor in storage.values(True, True)
+    complete = [chunk for first, chunk in restored.chunks[0].items() if first + 16 <= 56]
+    assert complete and all(  # completed chunks are read through a map of their files
+        "chunk-" in (mapped_file(tensor) or "") for c in complete for tensor in c.values()
     )
     assert torch.equal(restored.sample()["step"], replay.sample()["step"])
     memory = SequenceReplay(80, 2, batch=16, length=5, keys=KEYS, seed=1)
@@ -105,22 +114,27 @@ def test_disk_resume_maps_the_same_contents_without_a_copy(tmp_path):
     assert memory.digest() == digest  # same steps either way
 
 
-def test_disk_steps_written_after_the_checkpoint_are_never_mixed_in(tmp_path):
-    replay = disk_replay(tmp_path / "replay")
+@pytest.mark.parametrize("storage", ["memory", "disk"])
+def test_steps_written_after_the_checkpoint_leave_its_steps_whole(storage, tmp_path):
+    """Files are never overwritten in place: after a checkpoint the run writes on (and
+    wraps around its streams) and is killed; a resume from that checkpoint finds all
+    of its steps, not only those the later writes spared."""
+    replay = SequenceReplay(
+        80, 2, 16, 5, KEYS, seed=1, storage=storage, directory=tmp_path / "r", chunk=16
+    )
     for data in interleaved(streams=2, chunks=6, size=8):  # 48 steps per stream
         replay.extend(data)
-    saved = replay.state_dict()  # the last checkpoint: steps 8..47 of each stream
-    for data in [chunk(0, 48, 8), chunk(0, 56, 4)]:  # then 12 more steps, then a kill -9
+    saved, digest = replay.state_dict(), replay.digest()  # the last checkpoint
+    for data in [chunk(0, 48, 8), chunk(0, 56, 30)]:  # then 38 more steps, then a kill -9
         replay.extend(data)
-    restored = disk_replay(tmp_path / "replay", seed=5)
+    restored = SequenceReplay(
+        80, 2, 16, 5, KEYS, seed=5, storage=storage, directory=tmp_path / "r", chunk=16
+    )
     restored.load_state_dict(saved)
-    # stream 0: steps 8..19 were overwritten by 48..59; 20..47 remain; stream 1 intact
-    assert len(restored) == (48 - 20) + 40
+    assert restored.digest() == digest and len(restored) == 80
     for _ in range(20):
-        steps = restored.sample()["step"]
-        time, stream = steps // 10, steps % 10
-        assert (time.diff(dim=1) == 1).all(), "a window mixes steps from after the checkpoint"
-        assert (time[stream == 0] >= 20).all() and (time <= 47).all()
+        time = restored.sample()["step"] // 10
+        assert (time.diff(dim=1) == 1).all() and (time <= 47).all()
     restored.extend(chunk(0, 48, 30))  # the resumed run writes its own steps 48..77
     time = restored.sample()["step"] // 10
     assert (time.diff(dim=1) == 1).all() and len(restored) == 80

@@ -227,5 +227,13 @@ def test_metrics_say_where_the_loop_time_goes(smoke_run):
         assert sum(times) <= wall * 1.02 + 0.05, (times, wall)  # phases never overlap
     assert sum(row["time/update_s"] for row in rows) > 0
     assert sum(row["time/collect_wait_s"] for row in rows) > 0
+    # per update: the loop's wall beside the update's own time, in rows with updates
+    for previous, row in zip(rows, rows[1:]):
+        done = row["updates"] - previous["updates"]
+        assert ("time/s_per_update" in row) == (done > 0), row
+        if done > 0:
+            assert row["time/s_per_update"] * done == pytest.approx(row["time/wall_s"])
+            assert row["time/update_s_per_update"] * done == pytest.approx(row["time/update_s"])
+            assert row["time/update_s_per_update"] <= row["time/s_per_update"]
     summary = [line for line in result.stderr.splitlines() if "loop time:" in line]
     assert len(summary) == 1 and all(f"{phase} " in summary[0] for phase in phases)

@@ -226,13 +226,19 @@ class TrackerThread:
         )
 
 
-def start_trackers(names, logdir: Path, logger_cfg, params: dict) -> list[TrackerThread]:
-    """A thread per tracker in ``names`` (``logger.use``) that has one here."""
-    for name in set(names) & set(TRACKERS):
+def check_installed(names) -> None:
+    """``ConfigError`` (one line) for a tracker in ``names`` whose extra is missing:
+    checked before the run builds anything."""
+    for name in sorted(set(names) & set(TRACKERS)):
         if not installed(name):
             raise ConfigError(
                 f"logger: {name} is not installed; install it with pip install -e '.[{name}]'"
             )
+
+
+def start_trackers(names, logdir: Path, logger_cfg, params: dict) -> list[TrackerThread]:
+    """A thread per tracker in ``names`` (``logger.use``) that has one here."""
+    check_installed(names)
     return [
         TrackerThread(TRACKERS[name](logdir, logger_cfg[name]), logdir, params)
         for name in names

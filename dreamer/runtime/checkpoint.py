@@ -6,6 +6,9 @@
   and plain containers only (``weights_only``), so a shared file runs no code, and a
   damaged one is refused (``newest_good`` resumes from the newest whole one instead).
 - ``Registry``: each stateful part registers by name; one call saves or restores all.
+  A part may also define ``before_checkpoint(step)`` and ``after_checkpoint(steps)``
+  (the env steps of the checkpoints on disk once one is written): the replay keeps its
+  contents in files of its own and deletes only what no kept checkpoint reads.
 """
 
 from __future__ import annotations
@@ -28,7 +31,11 @@ log = logging.getLogger("dreamer")
 PREFIX = "checkpoint-"
 # Left in the run directory by rank 0 with REQUEUE_EXIT: torchrun reports any worker's
 # non-zero code as 1, so a batch script learns of a checkpointed stop from this file.
-FORMAT = 1  # of the saved dict; any other is refused
+# Of the saved dict. 2: the replay's contents are files under <run.logdir>/replay and
+# the checkpoint holds their index; 1: the replay's contents inside (memory) or its
+# ring of memory-mapped files (disk), read and converted by the replay. Others: refused.
+FORMAT = 2
+READS = (1, 2)
 DAMAGED_SUFFIX = ".damaged"  # a checkpoint a resume found damaged, kept for inspection
 
 
@@ -130,8 +137,9 @@ def load(path: Path) -> dict:
         raise CheckpointError(f"{path}: {reason}", reason) from None
     if not isinstance(state, dict) or not {"learner", "config", "steps"} <= set(state):
         reason = "not a dreamer checkpoint (no learner, config and steps)"
-    elif state.get("format") != FORMAT:
-        reason = f"checkpoint format {state.get('format')}; this dreamer reads format {FORMAT}"
+    elif state.get("format") not in READS:
+        formats = " and ".join(map(str, READS))
+        reason = f"checkpoint format {state.get('format')}; this dreamer reads formats {formats}"
     elif state.get("checksum") != checksum(state):
         reason = "damaged: its content does not match its checksum"
     else:
@@ -217,6 +225,22 @@ class Registry:
             if names is None or name in names:
                 part.load_state_dict(state[name])
 
+    def notify(self, hook: str, *args) -> None:
+        """Call ``hook(*args)`` of every part that has one."""
+        for part in self.parts.values():
+            if (method := getattr(part, hook, None)) is not None:
+                method(*args)
+
+
+def saved_steps(logdir: Path) -> list[int]:
+    """The env steps of the checkpoints in the rotation."""
+    found = (re.fullmatch(rf"{PREFIX}(\d+)\.pt", path.name) for path in _rotation(logdir))
+    return sorted(int(match[1]) for match in found if match)
+
+
+def _rotation(logdir: Path) -> list[Path]:
+    return sorted(checkpoint_dir(logdir).glob(f"{PREFIX}*.pt"))
+
 
 class Saver:
     """Writes the registry's parts, and ``extras``, as the checkpoint of an env step;
@@ -235,8 +259,9 @@ class Saver:
             return False
 
     def __call__(self, step: int) -> bool:
-        state = self.registry.state_dict() | self.extras
-        try:
+        self.registry.notify("before_checkpoint", step)
+        try:  # a part's own files (the replay's tails) are part of the write
+            state = self.registry.state_dict() | self.extras
             path = save(self.logdir, step, state, keep=self.keep)
         except CheckpointError as error:
             self.failed += 1
@@ -250,6 +275,7 @@ class Saver:
             return False
         self.failed = 0
         log.info("checkpoint written: %s", path)
+        self.registry.notify("after_checkpoint", saved_steps(self.logdir))
         return True
 
 

@@ -17,8 +17,9 @@ class LoopTimers:
     """Ours rather than torchrl's ``timeit``: that is one process-wide registry, where
     the loop needs per-interval and whole-run sums side by side."""
 
-    def __init__(self):
+    def __init__(self, updates: int = 0):
         self.started = self.flushed = time.perf_counter()
+        self.updates = updates  # learner updates at the last flush
         self.interval = dict.fromkeys(PHASES, 0.0)
         self.total = dict.fromkeys(PHASES, 0.0)
 
@@ -47,12 +48,19 @@ class LoopTimers:
                 self.add(phase, time.perf_counter() - started)
             yield item
 
-    def flush(self) -> dict[str, float]:
+    def flush(self, updates: int) -> dict[str, float]:
         """``time/<phase>_s`` of the interval since the last flush, and its wall time
-        ``time/wall_s`` (what no phase covers is the driver's own work)."""
+        ``time/wall_s`` (what no phase covers is the driver's own work). With updates in
+        the interval (``updates``: the learner's count now), ``time/s_per_update``: wall
+        seconds per update in the loop, beside ``time/update_s_per_update``: the
+        update's own seconds; their ratio is what the loop costs the update."""
         now = time.perf_counter()
         metrics = {f"time/{name}_s": seconds for name, seconds in self.interval.items()}
         metrics["time/wall_s"] = now - self.flushed
+        if (done := updates - self.updates) > 0:
+            metrics["time/s_per_update"] = metrics["time/wall_s"] / done
+            metrics["time/update_s_per_update"] = metrics["time/update_s"] / done
+        self.updates = updates
         self.interval = dict.fromkeys(PHASES, 0.0)
         self.flushed = now
         return metrics

@@ -13,7 +13,7 @@ from dreamer.agent.build import Agent, build_agent, latent_sizes
 from dreamer.agent.spaces import EnvSpaces
 from dreamer.data.collect import SelfHealingCollector, check_machine, make_collector
 from dreamer.data.episodes import EpisodeStats
-from dreamer.data.replay import SequenceReplay
+from dreamer.data.replay import SequenceReplay, action_heads, row_bytes
 from dreamer.envs.make import describe_env, env_config
 from dreamer.learning.learner import Learner
 from dreamer.runtime import checkpoint
@@ -65,7 +65,10 @@ def build_parts(
     agent = build_agent(cfg.model, cfg.learner, spaces)
     learner = make_learner(agent, cfg.learner, device, world)
     obs_names = [key.name for key in spaces.obs]
-    replay = SequenceReplay.from_config(cfg, obs_names, logdir, world.rank, world.size)
+    replay = SequenceReplay.from_config(
+        cfg, obs_names, logdir, world.rank, world.size, heads=action_heads(spaces)
+    )
+    replay.check_room(cfg.run.steps // world.size, row_bytes(spaces))
     episodes = EpisodeStats(achievements)
     steps = Lockstep(world, device)
     train_ratio = TrainRatio(
