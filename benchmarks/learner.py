@@ -2,6 +2,7 @@
 
     python benchmarks/learner.py [--obs pixels|vector] [--model size1m] [--batch 16]
                                  [--length 64] [--updates N] [--modes ...] [--json PATH]
+                                 [override ...]   # e.g. experiment=dmc_proprio_cpu
 
 ``--obs pixels``: a real Crafter batch (64x64 images, 17 discrete actions);
 ``--obs vector``: a DMC-like batch, a 24-dim proprio observation and a 6-dim
@@ -152,6 +153,12 @@ def main() -> int:
     parser.add_argument("--modes", nargs="+", help="default: every mode but compiled ones")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--roof-size", type=int, default=2048, help="the roof's matmul size")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        help="config overrides after the options' (experiment=dmc_proprio_cpu: a run's model "
+        "and learner exactly; --model, --batch and --length still set theirs)",
+    )
     args = parser.parse_args()
     device = World().device("auto")
     chosen = args.modes or default_modes(device)
@@ -159,7 +166,9 @@ def main() -> int:
         chosen.insert(0, "torchrl_eager")  # the baseline of every ratio
     updates = args.updates or (30 if device.type == "cuda" else 5)
     env = "env=crafter" if args.obs == "pixels" else "env=cartpole"
-    base = [env, f"model={args.model}", f"replay.batch={args.batch}"]
+    preset = any(o.startswith("experiment=") for o in args.overrides)  # it names its env
+    base = [*([] if preset else [env]), *args.overrides, f"model={args.model}"]
+    base += [f"replay.batch={args.batch}"]
     base += [f"replay.length={args.length}", "learner.warmup=1"]
     cfg = load(base)
     if args.obs == "pixels":

@@ -9,8 +9,18 @@ scratch to ``--steps`` env steps in a fresh run directory (the compile cache war
 a first untimed run) and is judged on its metrics rows past the first ``--skip`` env
 steps after updates started (compilation and the first updates excluded): updates/s =
 updates / wall seconds and env steps/s likewise, summed over those rows. A layout is
-a set of overrides and environment variables (``LAYOUTS``). Prints a table and writes
-``--json`` (default ``benchmarks/results/threads_<preset>.json``).
+a set of overrides and environment variables (``LAYOUTS``).
+
+Per layout it also records the loop's wall seconds per update (``loop_s_per_update``)
+beside the update's own (``s_per_update``), the learner's torch threads (from the
+run's start-up line), and, sampled every ``--sample`` seconds over the whole run, the
+peak PSS of the run's process tree (``/proc/<pid>/smaps_rollup``: a page shared by n
+processes counts 1/n in each, so shared pages count once) and its peak process count.
+``--alone`` adds the isolated update of the same model and learner, ``benchmarks/learner.py
+--obs vector --model size1m --modes compiled experiment=dmc_proprio_cpu`` at 1 and 2
+threads, run after the layouts: "the run" table in
+benchmarks/README.md compares the loop's seconds per update with the best of them.
+Prints a table and writes ``--json`` (default ``benchmarks/results/threads_<preset>.json``).
 """
 
 from __future__ import annotations
@@ -19,16 +29,18 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.runs import jsonl_rows  # noqa: E402
+from tests.runs import descendants, jsonl_rows  # noqa: E402
 
 PRESET = ["experiment=dmc_proprio_cpu", "env.task=cartpole_balance"]
 # name: (overrides, environment variables)
@@ -37,6 +49,7 @@ LAYOUTS = {
     "unpaced": (["collector.pace=none"], {}),  # the default before collector.pace
     "nice": (["collector.pace=nice"], {}),
     "pause": (["collector.pace=pause"], {}),
+    "stop": (["collector.pace=stop"], {}),
     "nice_learner1": (["collector.pace=nice", "learner.threads=1"], {}),
     "learner1": (["learner.threads=1"], {}),
     "learner2": (["learner.threads=2"], {}),
@@ -62,24 +75,84 @@ def measure(rows: list[dict], skip: int) -> dict:
         "env_steps_per_s": env_steps / wall,
         "update_share": update_s / wall,
         "s_per_update": update_s / max(updates, 1),
+        "loop_s_per_update": wall / max(updates, 1),
         "timed_wall_s": wall,
         "timed_rows": len(timed),
     }
 
 
-def run(name: str, steps: int, skip: int, workdir: Path, overrides: list[str]) -> dict:
+def pss_bytes(pid: int) -> int:
+    """The proportional set size of one process (0 once it is gone)."""
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return 0
+    found = re.search(r"^Pss:\s+(\d+) kB", text, re.M)
+    return int(found[1]) * 1024 if found else 0
+
+
+class TreeSampler(threading.Thread):
+    """The peak PSS and the peak process count of ``pid``'s process tree."""
+
+    def __init__(self, pid: int, every: float):
+        super().__init__(daemon=True)
+        self.pid, self.every = pid, every
+        self.peak_pss = self.peak_processes = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(self.every):
+            tree = [self.pid, *descendants(self.pid)]
+            self.peak_pss = max(self.peak_pss, sum(map(pss_bytes, tree)))
+            self.peak_processes = max(self.peak_processes, len(tree))
+
+
+def run(
+    name: str, steps: int, skip: int, workdir: Path, overrides: list[str], sample: float = 1.0
+) -> dict:
     extra, env = LAYOUTS[name]
     logdir = workdir / name
     command = [sys.executable, "-m", "dreamer.train", *PRESET, *extra, *overrides]
     command += [f"run.steps={steps}", "eval.every=0", "run.progress=false", f"run.logdir={logdir}"]
     started = time.monotonic()
-    done = subprocess.run(
-        command, cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True
-    )
-    result = {"overrides": extra, "env": env, "wall_s": round(time.monotonic() - started, 1)}
-    if done.returncode != 0:
-        return result | {"error": done.stderr.strip().splitlines()[-1:]}
+    log = workdir / f"{name}.log"
+    with log.open("w") as stderr:
+        process = subprocess.Popen(
+            command, cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=stderr
+        )
+        sampler = TreeSampler(process.pid, sample)
+        sampler.start()
+        process.wait()
+        sampler.done.set()
+        sampler.join()
+    text = log.read_text()
+    threads = re.search(r"learner: (\d+) torch threads", text)
+    pace = re.search(r"collection pace while it updates: (\w+)", text)
+    result = {
+        "overrides": extra,
+        "env": env,
+        "wall_s": round(time.monotonic() - started, 1),
+        "learner_threads": int(threads[1]) if threads else None,
+        "pace": pace[1] if pace else None,
+        "peak_pss_bytes": sampler.peak_pss,
+        "peak_processes": sampler.peak_processes,
+    }
+    if process.returncode != 0:
+        return result | {"error": text.strip().splitlines()[-1:]}
     return result | measure(jsonl_rows(logdir / "metrics.jsonl"), skip)
+
+
+def alone(threads: int, workdir: Path) -> float | None:
+    """Seconds per compiled size1m vector update, the update alone on ``threads``."""
+    path = workdir / f"alone{threads}.json"
+    command = [sys.executable, "benchmarks/learner.py", "--obs", "vector", "--model", "size1m"]
+    command += ["--modes", "compiled", "--updates", "10", "--json", str(path), PRESET[0]]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode != 0 or not path.exists():
+        print(done.stderr[-2000:], file=sys.stderr)
+        return None
+    return 1 / json.loads(path.read_text())["modes"]["compiled"]["updates_per_s"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,24 +161,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=8000, help="env steps per layout")
     parser.add_argument("--skip", type=int, default=2000, help="env steps not timed")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--sample", type=float, default=1.0, help="seconds between PSS samples")
+    parser.add_argument(
+        "--alone", action="store_true", help="also the update alone, 1 and 2 threads"
+    )
     parser.add_argument("overrides", nargs="*", help="more overrides for every layout")
     args = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="threads-"))
+    (workdir / "warm").mkdir()
     print("warming the compile cache (untimed)", flush=True)
     run("default", 2000, 0, workdir / "warm", args.overrides)
     results = {}
     for name in args.layouts:
-        results[name] = run(name, args.steps, args.skip, workdir, args.overrides)
+        results[name] = run(name, args.steps, args.skip, workdir, args.overrides, args.sample)
         print(name, json.dumps(results[name]), flush=True)
-    print("\n| layout | updates/s | env steps/s | update share of wall | s/update |")
-    print("|---|---|---|---|---|")
+    isolated = {n: alone(n, workdir) for n in (1, 2)} if args.alone else {}
+    best = min((s for s in isolated.values() if s), default=None)
+    print(f"\nthe update alone (s): {isolated}" if isolated else "")
+    columns = ["layout", "pace", "learner threads", "s/update in the loop", "update's own"]
+    columns += ["loop / best alone", "peak PSS GB", "processes", "env steps/s"]
+    print("| " + " | ".join(columns) + " |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, r in results.items():
         if "error" in r:
-            print(f"| {name} | failed: {r['error']} | | | |")
+            print(f"| {name} | failed: {r['error']} | | | | | | | |")
             continue
+        ratio = f"{r['loop_s_per_update'] / best:.2f}" if best else "-"
         print(
-            f"| {name} | {r['updates_per_s']:.3f} | {r['env_steps_per_s']:.1f} | "
-            f"{r['update_share']:.0%} | {r['s_per_update']:.2f} |"
+            f"| {name} | {r['pace']} | {r['learner_threads']} | {r['loop_s_per_update']:.3f} | "
+            f"{r['s_per_update']:.3f} | {ratio} | {r['peak_pss_bytes'] / 1e9:.2f} | "
+            f"{r['peak_processes']} | {r['env_steps_per_s']:.1f} |"
         )
     path = args.json or ROOT / "benchmarks" / "results" / "threads_dmc_proprio_cpu.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -121,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "layouts": results,
+        "alone_s_per_update": {str(n): s for n, s in isolated.items()},
     }
     path.write_text(json.dumps(report, indent=1) + "\n")
     return 0

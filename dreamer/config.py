@@ -109,10 +109,11 @@ class CollectorConfig:
     threads: int = _f(1, ">= 1")  # torch threads in the inference server
     envs_per_worker: int = _f(1, ">= 1")  # > 1: grouped workers, policy served from a driver thread
     worker_affinity: str = _f("none", choices=("none", "spread"))  # spread: worker i on core i
-    # while the learner updates: nice = env workers and inference at the lowest CPU
-    # priority, pause = parked; none = both run beside it; auto = nice on a CPU learner
-    # with few cores (they share them), none otherwise. A paced learner gets every core.
-    pace: str = _f("auto", choices=("auto", "nice", "pause", "none"))
+    # while the learner updates: stop = env workers and inference stopped (SIGSTOP: they
+    # cannot wake), nice = at the lowest CPU priority, pause = parked by torchrl (they
+    # poll every 10 ms); none = both run beside it; auto = stop on a CPU learner with few
+    # cores (they share them), none otherwise. A paced learner gets every core.
+    pace: str = _f("auto", choices=("auto", "stop", "nice", "pause", "none"))
     inference: InferenceConfig = field(default_factory=InferenceConfig)
 
 

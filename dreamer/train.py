@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+# before anything imports torch: libgomp reads its settings when torch loads it
+from dreamer.runtime.openmp import spin_like_libgomp_default
+
+OPENMP = spin_like_libgomp_default()
+
 import contextlib
 import logging
 import shutil
@@ -123,12 +128,13 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
     speed_note = CpuSpeedNote(cfg, enabled=world.main and device.type == "cpu")
     progress = Progress(cfg.run.steps, initial=start, enabled=cfg.run.progress and world.main)
     log.info(
-        "training %s on %s (learner: %d torch threads of %d usable cores; collection "
-        "pace while it updates: %s), logging to %s",
+        "training %s on %s (learner: %d torch threads of %d usable cores, OpenMP %s; "
+        "collection pace while it updates: %s), logging to %s",
         cfg.model.name,
         cfg.env.name,
         torch.get_num_threads(),
         usable_cores(),
+        " ".join(f"{k}={v}" for k, v in OPENMP.items()) or "as the environment sets it",
         pace,
         logdir,
     )

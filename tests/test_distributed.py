@@ -75,7 +75,10 @@ def test_torchrun_smoke_run_writes_one_metrics_file_and_one_checkpoint(tmp_path)
     result = torchrun(2, "-m", "dreamer.train", *overrides, f"run.logdir={logdir}")
     assert result.returncode == 0, result.stderr[-3000:]
     assert [p.relative_to(logdir) for p in logdir.rglob("metrics.jsonl")] == [Path("metrics.jsonl")]
-    [saved] = logdir.rglob("*.pt")
+    [saved] = (logdir / "checkpoints").glob("*.pt")
+    # only rank 0 checkpoints, so only its replay shard keeps files (chunks, tails)
+    replay_files = list((logdir / "replay").rglob("*.pt"))
+    assert replay_files and all(p.relative_to(logdir).parts[1] == "rank0" for p in replay_files)
     rows = read_metrics(logdir)
     steps = [row["env_steps"] for row in rows]
     assert steps == sorted(set(steps)), "another rank wrote metrics too"

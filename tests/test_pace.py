@@ -1,6 +1,12 @@
 """Collection paced by the learner (``collector.pace``) and the collector's processes
 forked from one preloaded forkserver: real runs, read through /proc."""
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -8,7 +14,7 @@ import torch
 
 from dreamer.data import collect
 from dreamer.learning.learner import learner_threads
-from tests.runs import QUICK, UNTIL_STOPPED, Trainer, read_metrics
+from tests.runs import QUICK, UNTIL_STOPPED, Trainer, all_gone, descendants, read_metrics
 
 
 def niceness(pid: int) -> int:
@@ -28,8 +34,8 @@ def command_line(pid: int) -> str:
 @pytest.mark.parametrize(
     ("configured", "cpu", "cores", "resolved"),
     [
-        ("auto", True, 2, "nice"),  # the learner shares the cores with collection
-        ("auto", True, collect.FEW_CORES, "nice"),
+        ("auto", True, 2, "stop"),  # the learner shares the cores with collection
+        ("auto", True, collect.FEW_CORES, "stop"),
         ("auto", True, collect.FEW_CORES + 1, "none"),  # cores of their own
         ("auto", False, 2, "none"),  # a GPU learner: collection overlaps it
         ("pause", False, 64, "pause"),  # asked for: as asked
@@ -45,10 +51,18 @@ def test_a_paced_learner_gets_every_core_and_an_unpaced_one_half(monkeypatch):
     import dreamer.learning.learner as learner
 
     monkeypatch.setattr(learner, "usable_cores", lambda: 4)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     cpu = torch.device("cpu")
     assert learner_threads(0, cpu, paced=True) == 4
     assert learner_threads(0, cpu, paced=False) == 2
     assert learner_threads(3, cpu, paced=True) == 3  # a configured count stays
+    # OMP_NUM_THREADS caps the choice (make test: two trainers on two cores), not a set count
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert learner_threads(0, cpu, paced=True) == 1
+    assert learner_threads(3, cpu, paced=True) == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert learner_threads(0, cpu, paced=True) == 3
+    assert learner_threads(0, cpu, paced=False) == 2
 
 
 def collector_pids(trainer: Trainer) -> tuple[list[int], int]:
@@ -80,14 +94,23 @@ def test_nice_pace_lowers_the_collectors_priority_and_the_run_trains(tmp_path, p
 
 
 @pytest.mark.slow
-def test_paused_collection_trains_at_the_ratio_and_resumes_collecting(tmp_path):
-    """pace=pause parks the collector around every update burst: the run still trains
-    at its train ratio and collects between bursts (rows keep coming, updates grow)."""
+@pytest.mark.parametrize("pace", ["pause", "stop"])
+def test_paced_collection_trains_at_the_ratio_and_resumes_collecting(tmp_path, pace):
+    """pace=pause parks the collector around every update burst, pace=stop stops its
+    processes: the run still trains at its train ratio, collects between bursts (rows
+    keep coming, updates grow) and its policy gets the learner's weights."""
     trainer = Trainer(
-        tmp_path / "run", *QUICK, UNTIL_STOPPED, "collector.pace=pause", log=tmp_path / "log"
+        tmp_path / "run", *QUICK, UNTIL_STOPPED, f"collector.pace={pace}", log=tmp_path / "log"
     )
-    rows = trainer.wait_rows(4, past=300)
+    workers, server = collector_pids(trainer)
+    held = set()  # the collector's processes seen stopped (state T) while the run trains
+    while len(read_metrics(tmp_path / "run", live=True)) < 4:
+        held |= {pid for pid in [*workers, server] if collect.stopped(pid)}
+        assert trainer.process.poll() is None, trainer.tail()
+        time.sleep(0.005)
     assert trainer.stop() == 75
+    assert held == ({*workers, server} if pace == "stop" else set()), held
+    assert "weight push: Timed out" not in trainer.text()
     rows = read_metrics(tmp_path / "run")
     steps = [row["env_steps"] for row in rows]
     updates = [row["updates"] for row in rows]
@@ -95,3 +118,69 @@ def test_paused_collection_trains_at_the_ratio_and_resumes_collecting(tmp_path):
     # train ratio 4 at batch 4 x 16 (smoke): one update per 16 env steps after 200
     due = (steps[-1] - 200) * 4 / (4 * 16)
     assert abs(updates[-1] - due) <= 4, (updates[-1], due)  # within a collector batch
+    assert rows[-1]["policy_version"] > 0  # pushes deferred past a burst still land
+
+
+@pytest.mark.slow
+def test_a_driver_killed_while_it_holds_the_collection_stopped_leaves_no_process(tmp_path):
+    """SIGKILL to the driver inside an update burst of pace=stop: its stopped children
+    cannot watch for it themselves; they die with the forkserver (PR_SET_PDEATHSIG)."""
+    trainer = Trainer(
+        tmp_path / "run", *QUICK, UNTIL_STOPPED, "collector.pace=stop", log=tmp_path / "log"
+    )
+    workers, server = collector_pids(trainer)
+    children = descendants(trainer.pid)
+    deadline = time.monotonic() + 120
+    while not all(collect.stopped(pid) for pid in [*workers, server]):
+        assert time.monotonic() < deadline and trainer.process.poll() is None, trainer.tail()
+        time.sleep(0.002)
+    trainer.kill()
+    assert all_gone(children, timeout=30) == []
+
+
+def test_pace_stop_continues_only_what_it_stopped(tmp_path):
+    """A process someone else stopped (a debugger, a test) stays stopped after a burst."""
+    sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    try:
+        os.kill(sleepers[1].pid, signal.SIGSTOP)
+        paced = collect.SelfHealingCollector(make=None, pace="stop")
+        paced.pids = [sleeper.pid for sleeper in sleepers]
+        with paced.paced():
+            assert all(collect.stopped(sleeper.pid) for sleeper in sleepers)
+            assert paced.held == [sleepers[0].pid]
+        time.sleep(0.1)
+        assert not collect.stopped(sleepers[0].pid) and collect.stopped(sleepers[1].pid)
+        with paced.paced(active=False):  # no updates due: nothing stopped
+            assert not collect.stopped(sleepers[0].pid)
+    finally:
+        for sleeper in sleepers:
+            sleeper.kill()
+            sleeper.wait()
+
+
+@pytest.mark.parametrize(
+    ("environment", "expected"),
+    [
+        ({}, {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": "300000"}),
+        ({"OMP_WAIT_POLICY": "PASSIVE"}, {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": None}),
+        ({"GOMP_SPINCOUNT": "1000"}, {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": "1000"}),
+    ],
+)
+def test_the_trainer_sets_the_openmp_spin_before_torch_loads(environment, expected):
+    """Importing the trainer sets libgomp's spin before torch is imported (libgomp reads
+    it when it loads), unless the user set either variable."""
+    probe = (
+        "import json, os, sys; import dreamer.runtime.openmp; "
+        "assert 'torch' not in sys.modules; import dreamer.train; "
+        "print(json.dumps({k: os.environ.get(k) for k in ('OMP_WAIT_POLICY', 'GOMP_SPINCOUNT')}))"
+    )
+    clean = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**clean, **environment},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == expected

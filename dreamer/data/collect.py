@@ -29,7 +29,7 @@ from dreamer.errors import ConfigError
 from dreamer.runtime.checkpoint import rng_kept
 from dreamer.runtime.cores import allowed_cores, usable_cores
 from dreamer.runtime.relaunches import Relaunches
-from dreamer.runtime.signals import children_keep_signals
+from dreamer.runtime.signals import children_keep_signals, die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,16 @@ def build_policy(model, spaces: EnvSpaces, seed: int, threads: int, device: str 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return build_acting(model, spaces).to(device)
+
+
+def forked_child(make, *args, **kwargs):
+    """``make(*args, **kwargs)``; in a forkserver child, which then dies with its parent
+    (torchrl also calls the factories once in the driver, to probe: not there)."""
+    import multiprocessing
+
+    if multiprocessing.parent_process() is not None:
+        die_with_parent()
+    return make(*args, **kwargs)
 
 
 def env_seeds(seed: int, rank: int, count: int) -> list[int]:
@@ -105,12 +115,11 @@ def make_collector(
     sends ``collector.chunk`` transitions per message; ``envs_per_worker > 1`` groups
     envs in fewer processes, which torchrl then serves from a thread of this process.
     ``rank`` picks this rank's env seeds, ``gpu`` its device for static-batch inference."""
-    env_fns = [
-        functools.partial(make_env, env, env_seed, latent)
-        for env_seed in env_seeds(seed, rank, envs)
-    ]
-    inference = collector["inference"]
     grouped = collector["envs_per_worker"] > 1
+    # forkserver children (not grouped) die with it: see die_with_parent
+    child = functools.partial(functools.partial, forked_child) if not grouped else functools.partial
+    env_fns = [child(make_env, env, env_seed, latent) for env_seed in env_seeds(seed, rank, envs)]
+    inference = collector["inference"]
     max_batch = inference["max_batch"] or envs
     static = max_batch if inference["static_batch"] else None
     policy_device = gpu if static else "cpu"  # CUDA-graph capture needs the policy there
@@ -118,7 +127,7 @@ def make_collector(
     with rng_kept():  # the probe's env reset and policy pass draw from the driver's RNG
         result = AsyncBatchedCollector(
             env_fns,
-            policy_factory=functools.partial(
+            policy_factory=child(
                 build_policy, model, spaces, seed, collector["threads"], policy_device
             ),
             frames_per_batch=collector["chunk"] * envs,
@@ -192,10 +201,19 @@ def pace_mode(configured: str, cpu_learner: bool) -> str:
     the update: the design's many-core node)."""
     if configured != "auto":
         return configured
-    return "nice" if cpu_learner and usable_cores() <= FEW_CORES else "none"
+    return "stop" if cpu_learner and usable_cores() <= FEW_CORES else "none"
 
 
 NICE = 19  # the lowest CPU priority: a paced collection runs only where the learner idles
+
+
+def stopped(pid: int) -> bool:
+    """Stopped by a signal (state T in /proc): by us, a debugger or a test."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except OSError:
+        return False
 
 
 def lower_priority(pids: list[int]) -> None:
@@ -235,6 +253,9 @@ class SelfHealingCollector:
         self.replacements = 0
         self.earlier_versions = 0  # weight pushes to earlier collectors (and earlier runs)
         self.current = None
+        self.pids: list[int] = []  # the current collector's env workers and inference process
+        self.held: list[int] = []  # those pace=stop has stopped now
+        self.deferred = None  # a weight push due while they were stopped: (policy, timeout)
 
     def start(self) -> None:
         self.current = self._make(self.replacements)
@@ -259,7 +280,12 @@ class SelfHealingCollector:
         ``update_policy_weights_`` would wait torchrl's 300 s for a starved (stopped,
         swapped out) process, and the learner with it; a push that times out is logged
         and taken by the process when it resumes, before any later one. A dead server
-        is replaced with its collector when the collector reports it."""
+        is replaced with its collector when the collector reports it. While
+        ``pace=stop`` holds the process stopped, the push waits for the end of the burst
+        (``paced``), where the latest weights go."""
+        if self.held:
+            self.deferred = (policy, timeout)
+            return
         weights = TensorDict.from_module(policy).detach().clone()  # as torchrl's own push
         try:
             compat.inference_server(self.current).update_model_weights(weights, timeout=timeout)
@@ -288,8 +314,9 @@ class SelfHealingCollector:
                 log.info("env worker pids: %s", " ".join(map(str, pids)))
                 server = compat.inference_server_process(collector)
                 log.info("inference server pid: %s", server.pid)
+                self.pids = [*pids, server.pid]
                 if self.pace == "nice":
-                    lower_priority([*pids, server.pid])
+                    lower_priority(self.pids)
                 for batch in itertools.chain([first], batches):
                     failures = 0
                     yield batch
@@ -321,15 +348,30 @@ class SelfHealingCollector:
                 )
                 self.replacements += 1
                 self.earlier_versions += collector.policy_version
+                self.pids = []
                 collector.shutdown()
                 self.current = self._make(self.replacements)
 
     @contextlib.contextmanager
     def paced(self, active: bool = True):
-        """The block (an update burst, when ``active``) with ``pace=pause``: env workers
-        and the inference process parked until it ends (torchrl's ``pause``). A collector
-        that cannot park (a worker died: its iteration replaces it next) leaves the block
-        unpaced."""
+        """The block (an update burst, when ``active``) with the collection paced:
+        ``stop``: env workers and the inference process stopped (SIGSTOP) until it ends,
+        then continued (SIGCONT; a process someone else had stopped is left as it was);
+        ``pause``: parked by torchrl's ``pause``, where they still wake every 10 ms
+        (a 2-thread CPU update then takes 2.2x its time alone: benchmarks/README.md, "The
+        run"). A collector that cannot park (a worker died: its iteration replaces it
+        next) leaves the block unpaced."""
+        if active and self.pace == "stop" and self.pids:
+            try:
+                for pid in self.pids:
+                    if not stopped(pid):
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGSTOP)
+                            self.held.append(pid)
+                yield
+            finally:
+                self.resume()
+            return
         if not active or self.pace != "pause" or self.current is None:
             yield
             return
@@ -340,6 +382,17 @@ class SelfHealingCollector:
                 log.debug("collector pace: not paused (%s)", error)
             yield
 
+    def resume(self) -> None:
+        """Continue what ``pace=stop`` stopped, then push the weights deferred meanwhile."""
+        held, self.held = self.held, []
+        for pid in held:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        if self.deferred is not None:
+            deferred, self.deferred = self.deferred, None
+            self.push(*deferred)
+
     def shutdown(self) -> None:
+        self.held, self.deferred = [], None  # (paced's exit has continued them)
         if self.current is not None:
             self.current.shutdown()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -77,12 +78,17 @@ def learner_threads(configured: int, device: torch.device, paced: bool = False) 
     """``learner.threads`` resolved: 0 means, on the CPU, every usable core when
     collection is paced (``collector.pace``: it yields them to the update), else half,
     at least one, since the env workers and the inference process then run beside it
-    (benchmarks/README.md, "The run"); on CUDA torch's default (the GPU does the work)."""
+    (benchmarks/README.md, "The run"); on CUDA torch's default (the GPU does the work).
+    An ``OMP_NUM_THREADS`` in the environment caps the CPU's choice: it says how many
+    threads this process may take (``make test`` runs two trainers on two cores)."""
     if configured:
         return configured
     if device.type == "cuda":
         return torch.get_num_threads()
-    return usable_cores() if paced else max(1, usable_cores() // 2)
+    threads = usable_cores() if paced else max(1, usable_cores() // 2)
+    with contextlib.suppress(ValueError):
+        threads = min(threads, max(1, int(os.environ.get("OMP_NUM_THREADS", ""))))
+    return threads
 
 
 def learner_modes(learner_cfg, device: torch.device) -> dict[str, bool]:

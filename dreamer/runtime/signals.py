@@ -6,6 +6,7 @@ children got."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 
 REQUEUE_EXIT = 75  # EX_TEMPFAIL: checkpointed after SIGTERM/SIGUSR1/SIGUSR2; rerun to resume
@@ -67,3 +68,21 @@ def children_keep_signals():
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def die_with_parent() -> None:
+    """SIGKILL this process when its parent exits (Linux ``PR_SET_PDEATHSIG``; SIGKILL is
+    the one signal a stopped process acts on). The collector's forkserver dies with the
+    driver, and each process it forks with the forkserver: the env workers and the
+    inference process that ``collector.pace=stop`` holds stopped cannot run torchrl's
+    own watch for the driver, and the forkserver would not see the driver go while they
+    hold its pipe."""
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() == 1:  # the parent was gone before the call
+            os.kill(os.getpid(), signal.SIGKILL)
