@@ -20,7 +20,7 @@ processes counts 1/n in each, so shared pages count once) and its peak process c
 --obs vector --model size1m --modes compiled experiment=dmc_proprio_cpu`` at 1 and 2
 threads, run after the layouts: "the run" table in
 benchmarks/README.md compares the loop's seconds per update with the best of them.
-Prints a table and writes ``--json`` (default ``benchmarks/results/threads_<preset>.json``).
+Prints a table and writes ``--json`` (default ``benchmarks/results/the_run_dmc_proprio_cpu.json``).
 """
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['s_per_update']:.3f} | {ratio} | {r['peak_pss_bytes'] / 1e9:.2f} | "
             f"{r['peak_processes']} | {r['env_steps_per_s']:.1f} |"
         )
-    path = args.json or ROOT / "benchmarks" / "results" / "threads_dmc_proprio_cpu.json"
+    path = args.json or ROOT / "benchmarks" / "results" / "the_run_dmc_proprio_cpu.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     report = {
         "preset": PRESET,
