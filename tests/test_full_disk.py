@@ -118,6 +118,22 @@ def saved_replay(text: str, step: int) -> str:
     return lines[-1]
 
 
+def resumes_with_the_saved_replay(
+    logdir: Path, step: int, fingerprint: str, overrides: list[str], tmp_path: Path
+) -> None:
+    """A rerun restores the replay saved with the checkpoint at ``step`` and finishes 300
+    steps later, no metrics row lost or duplicated."""
+    resumed = Trainer(
+        logdir, *FAST, *overrides, f"run.steps={step + 300}", log=tmp_path / "rerun",
+        env=REPLAY_HOOKS,
+    )  # fmt: skip
+    assert resumed.wait(300) == 0, resumed.tail()
+    assert f"replay restored: {fingerprint}" in resumed.text()
+    steps = [row["env_steps"] for row in read_metrics(logdir)]
+    assert steps == sorted(set(steps)) and steps[-1] == step + 300, steps
+    assert max(b - a for a, b in zip([0, *steps], steps)) < 200, steps
+
+
 def test_a_full_disk_replay_folder_stops_the_run_at_a_chunk_write(tmp_path):
     """A disk replay's folder (a tmpfs) fills up: the next chunk that completes cannot
     be written, and the run stops with exit 1 and one line (never a SIGBUS: a chunk is
@@ -145,18 +161,9 @@ def test_a_full_disk_replay_folder_stops_the_run_at_a_chunk_write(tmp_path):
         assert ".chunk-" not in line and "/chunk-" in line, line
         good = checkpoint.latest(logdir)
         step = checkpoint.load(good)["steps"]["env_steps"]
-        fingerprint = saved_replay(text, step)
         assert not list(folder.rglob(".*.tmp")), "partial replay file left"
         filler.unlink()
-        resumed = Trainer(
-            logdir, *FAST, *overrides, f"run.steps={step + 300}", log=tmp_path / "rerun",
-            env=REPLAY_HOOKS,
-        )  # fmt: skip
-        assert resumed.wait(300) == 0, resumed.tail()
-        assert f"replay restored: {fingerprint}" in resumed.text()
-    steps = [row["env_steps"] for row in read_metrics(logdir)]
-    assert steps == sorted(set(steps)) and steps[-1] == step + 300, steps
-    assert max(b - a for a, b in zip([0, *steps], steps)) < 200, steps
+        resumes_with_the_saved_replay(logdir, step, saved_replay(text, step), overrides, tmp_path)
 
 
 def test_a_full_memory_replay_folder_fails_the_checkpoints_not_the_run_at_once(tmp_path):
@@ -180,13 +187,5 @@ def test_a_full_memory_replay_folder_fails_the_checkpoints_not_the_run_at_once(t
         good = checkpoint.latest(logdir)
         assert f"a rerun resumes from {good.name}" in line, line
         step = checkpoint.load(good)["steps"]["env_steps"]
-        fingerprint = saved_replay(text, step)
         filler.unlink()
-        resumed = Trainer(
-            logdir, *FAST, *overrides, f"run.steps={step + 300}", log=tmp_path / "rerun",
-            env=REPLAY_HOOKS,
-        )  # fmt: skip
-        assert resumed.wait(300) == 0, resumed.tail()
-        assert f"replay restored: {fingerprint}" in resumed.text()
-    steps = [row["env_steps"] for row in read_metrics(logdir)]
-    assert steps == sorted(set(steps)) and steps[-1] == step + 300, steps
+        resumes_with_the_saved_replay(logdir, step, saved_replay(text, step), overrides, tmp_path)

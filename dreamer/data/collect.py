@@ -358,9 +358,8 @@ class SelfHealingCollector:
         ``stop``: env workers and the inference process stopped (SIGSTOP) until it ends,
         then continued (SIGCONT; a process someone else had stopped is left as it was);
         ``pause``: parked by torchrl's ``pause``, where they still wake every 10 ms
-        (a 2-thread CPU update then takes 2.2x its time alone: benchmarks/README.md, "The
-        run"). A collector that cannot park (a worker died: its iteration replaces it
-        next) leaves the block unpaced."""
+        (benchmarks/README.md, "The run"). A collector that cannot park (a worker died:
+        its iteration replaces it next) leaves the block unpaced."""
         if active and self.pace == "stop" and self.pids:
             try:
                 for pid in self.pids:
