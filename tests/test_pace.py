@@ -139,18 +139,26 @@ def test_a_driver_killed_while_it_holds_the_collection_stopped_leaves_no_process
     assert all_gone(children, timeout=30) == []
 
 
+def until(condition, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "not reached in time"
+        time.sleep(0.005)
+
+
 def test_pace_stop_continues_only_what_it_stopped(tmp_path):
     """A process someone else stopped (a debugger, a test) stays stopped after a burst."""
     sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
     try:
         os.kill(sleepers[1].pid, signal.SIGSTOP)
+        until(lambda: collect.stopped(sleepers[1].pid))  # a signal is delivered, not at once
         paced = collect.SelfHealingCollector(make=None, pace="stop")
         paced.pids = [sleeper.pid for sleeper in sleepers]
         with paced.paced():
-            assert all(collect.stopped(sleeper.pid) for sleeper in sleepers)
             assert paced.held == [sleepers[0].pid]
-        time.sleep(0.1)
-        assert not collect.stopped(sleepers[0].pid) and collect.stopped(sleepers[1].pid)
+            until(lambda: all(collect.stopped(sleeper.pid) for sleeper in sleepers))
+        until(lambda: not collect.stopped(sleepers[0].pid))
+        assert collect.stopped(sleepers[1].pid)
         with paced.paced(active=False):  # no updates due: nothing stopped
             assert not collect.stopped(sleepers[0].pid)
     finally:

@@ -116,8 +116,16 @@ def make_collector(
     envs in fewer processes, which torchrl then serves from a thread of this process.
     ``rank`` picks this rank's env seeds, ``gpu`` its device for static-batch inference."""
     grouped = collector["envs_per_worker"] > 1
-    # forkserver children (not grouped) die with it: see die_with_parent
-    child = functools.partial(functools.partial, forked_child) if not grouped else functools.partial
+
+    def child(make, *args):
+        """A factory torchrl calls in the process it starts: a forkserver child (not
+        grouped) dies with the forkserver (``die_with_parent``)."""
+        return (
+            functools.partial(make, *args)
+            if grouped
+            else functools.partial(forked_child, make, *args)
+        )
+
     env_fns = [child(make_env, env, env_seed, latent) for env_seed in env_seeds(seed, rank, envs)]
     inference = collector["inference"]
     max_batch = inference["max_batch"] or envs

@@ -74,7 +74,7 @@ def save(logdir: Path, step: int, state: dict, keep: int = 3) -> Path:
         raise CheckpointError(
             f"checkpoint at step {step} not written: {_detail(error)} ({free:,} bytes free)"
         ) from None
-    for old in sorted(folder.glob(f"{PREFIX}*.pt"))[:-keep]:
+    for old in rotation(logdir)[:-keep]:
         old.unlink()
     return final
 
@@ -87,8 +87,13 @@ def remove_partial(logdir: Path) -> list[Path]:
     return partial
 
 
+def rotation(logdir: Path) -> list[Path]:
+    """The checkpoints kept, oldest first."""
+    return sorted(checkpoint_dir(logdir).glob(f"{PREFIX}*.pt"))
+
+
 def latest(logdir: Path) -> Path | None:
-    found = sorted(checkpoint_dir(logdir).glob(f"{PREFIX}*.pt"))
+    found = rotation(logdir)
     return found[-1] if found else None
 
 
@@ -160,7 +165,7 @@ def newest_good(logdir: Path) -> tuple[Path, dict] | tuple[None, None]:
     renamed ``*.damaged`` (out of the rotation, kept for inspection) with a warning; one
     that would run code is refused (``UnsafeCheckpointError``): nobody's own run wrote it."""
     skipped: list[tuple[Path, CheckpointError]] = []
-    for path in sorted(checkpoint_dir(logdir).glob(f"{PREFIX}*.pt"), reverse=True):
+    for path in reversed(rotation(logdir)):
         try:
             state = load(path)
         except UnsafeCheckpointError:
@@ -234,12 +239,8 @@ class Registry:
 
 def saved_steps(logdir: Path) -> list[int]:
     """The env steps of the checkpoints in the rotation."""
-    found = (re.fullmatch(rf"{PREFIX}(\d+)\.pt", path.name) for path in _rotation(logdir))
+    found = (re.fullmatch(rf"{PREFIX}(\d+)\.pt", path.name) for path in rotation(logdir))
     return sorted(int(match[1]) for match in found if match)
-
-
-def _rotation(logdir: Path) -> list[Path]:
-    return sorted(checkpoint_dir(logdir).glob(f"{PREFIX}*.pt"))
 
 
 class Saver:
