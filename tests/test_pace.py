@@ -1,6 +1,7 @@
 """Collection paced by the learner (``collector.pace``) and the collector's processes
 forked from one preloaded forkserver: real runs, read through /proc."""
 
+import contextlib
 import json
 import os
 import signal
@@ -193,3 +194,75 @@ def test_the_trainer_sets_the_openmp_spin_before_torch_loads(environment, expect
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == expected
+
+
+def acting_collector(pace: str) -> collect.SelfHealingCollector:
+    """The trainer's collector on the cue task (2 env workers and an inference process),
+    its batches returned rather than stored."""
+    from omegaconf import OmegaConf
+
+    from dreamer.agent.build import latent_sizes
+    from dreamer.config import load
+    from dreamer.envs.make import describe_env
+
+    cfg = load(["experiment=cue", "run.envs=2"])
+    env = OmegaConf.to_container(cfg.env)
+    spaces, _ = describe_env(env, 0)
+
+    def make(_replacements: int):
+        return collect.make_collector(
+            env=env,
+            model=cfg.model,
+            spaces=spaces,
+            latent=latent_sizes(cfg.model),
+            envs=2,
+            collector=OmegaConf.to_container(cfg.collector),
+            seed=0,
+            replay=None,
+        )
+
+    result = collect.SelfHealingCollector(make, pace=pace)
+    result.policy = collect.build_policy(cfg.model, spaces, seed=1, threads=1)
+    return result
+
+
+@pytest.mark.slow
+def test_a_push_to_a_server_stopped_before_the_burst_times_out_and_lands_on_resume(caplog):
+    """The weight-push timeout under pace=stop, step by step: the inference process
+    stopped by someone else (a debugger, a swapped-out node) before an update burst stays
+    stopped through it, the push due in the burst goes out at its end and gives up after
+    ``push_timeout`` (the learner waits no longer), and the process, once continued,
+    takes those weights before acting on: its transitions carry the new version.
+
+    (A stop that falls inside a burst cannot be told from the pace's own and ends with
+    the burst; one while the loop waits for transitions starves the loop, so no push is
+    due: the trainer-level death test cannot aim at this moment, this one can.)"""
+    collector = acting_collector("stop")
+    collector.start()
+    try:
+        batches = iter(collector)
+        assert int(next(batches)["policy_version"].max()) == 0
+        server = collector.pids[-1]
+        os.kill(server, signal.SIGSTOP)
+        until(lambda: collect.stopped(server))
+        timeout = 1.0
+        with caplog.at_level("WARNING", logger="dreamer.data.collect"):
+            with collector.paced():
+                assert server not in collector.held and collector.held  # the workers only
+                collector.push(collector.policy, timeout)
+                assert collector.deferred is not None  # held until the burst ends
+                ended = time.monotonic()
+            waited = time.monotonic() - ended
+        # the push went out at the burst's end and gave up after its timeout, not torchrl's 300 s
+        assert "the policy keeps its weights until the next push" in caplog.text
+        assert timeout * 0.9 <= waited < timeout + 30, waited
+        assert collect.stopped(server)  # the pace continued only what it stopped
+        assert not any(collect.stopped(pid) for pid in collector.pids[:-1])
+        os.kill(server, signal.SIGCONT)
+        deadline = time.monotonic() + 120
+        while int(next(batches)["policy_version"].max()) < 1:
+            assert time.monotonic() < deadline, "the timed-out push never landed"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(collector.pids[-1], signal.SIGCONT)
+        collector.shutdown()

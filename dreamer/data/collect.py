@@ -364,7 +364,9 @@ class SelfHealingCollector:
     def paced(self, active: bool = True):
         """The block (an update burst, when ``active``) with the collection paced:
         ``stop``: env workers and the inference process stopped (SIGSTOP) until it ends,
-        then continued (SIGCONT; a process someone else had stopped is left as it was);
+        then continued (SIGCONT; a process someone else had stopped before the block is
+        left as it was: a stop that arrives inside the block cannot be told from ours and
+        ends with it);
         ``pause``: parked by torchrl's ``pause``, where they still wake every 10 ms
         (benchmarks/README.md, "The run"). A collector that cannot park (a worker died:
         its iteration replaces it next) leaves the block unpaced."""
