@@ -54,6 +54,23 @@ class DreamerLoss(DreamerV3Loss):
         self.scales = scales
         self.imag_last = imag_last
 
+    def _apply(self, fn):
+        """``.to(device)``, ``.double()``, ... reach what torchrl keeps outside the module
+        tree: the imagination env (its ``device``, where its rollout puts every imagined
+        state: a CPU env moved imagination back to the host) and the buffers of modules
+        held only in an attribute (the value head's ``SymExpTwoHot`` ``bins``; their
+        parameters are the loss's own, already converted)."""
+        result = super()._apply(fn)
+        for module in off_tree_modules(self):
+            for name, buffer in module.named_buffers(recurse=False):
+                if buffer is not None:
+                    module._buffers[name] = fn(buffer)
+        env = self.actor_loss.model_based_env
+        reference = next(self.parameters())
+        if env.device != reference.device:
+            env.to(reference.device)
+        return result
+
     def forward(self, sample: TensorDictBase) -> TensorDictBase:
         keys = self.tensor_keys
         model_losses, posterior = self.model_loss(sample)
@@ -124,3 +141,19 @@ def imagined_steps(imag_last: int, length: int) -> int | None:
     """How many of a sequence's last steps imagination starts from; None: all of them
     (``learner.imag_last`` 0, or not less than the sequence)."""
     return imag_last if 0 < imag_last < length else None
+
+
+def off_tree_modules(root: torch.nn.Module) -> list[torch.nn.Module]:
+    """Modules reachable from ``root`` but not in its tree (torchrl's losses keep the
+    source modules of their functional copies in plain attributes), which
+    ``root._apply`` does not visit: each once."""
+    seen = {id(module) for module in root.modules()}
+    found, queue = [], [*root.modules()]
+    while queue:
+        module = queue.pop()
+        for value in [*vars(module).values(), *module._modules.values()]:
+            if isinstance(value, torch.nn.Module) and id(value) not in seen:
+                seen.add(id(value))
+                found.append(value)
+                queue.append(value)
+    return found
