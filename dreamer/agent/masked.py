@@ -186,10 +186,14 @@ class _AllValidIfAbsent(TensorDictModuleBase):
         self.out_keys = list(sizes)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        device = tensordict.device
+        if device is None:  # made where the states are: no host tensor in a captured step
+            device = next(iter(tensordict.values(True, True))).device
         for key, size in self.sizes.items():
             if key not in tensordict.keys():
-                ones = torch.ones(*tensordict.batch_size, size, dtype=torch.bool)
-                tensordict.set(key, ones.to(tensordict.device))
+                tensordict.set(
+                    key, torch.ones(*tensordict.batch_size, size, dtype=torch.bool, device=device)
+                )
         return tensordict
 
 

@@ -1,0 +1,70 @@
+"""The learner's captured step touches nothing on the host when it runs on another
+device (tests/device_step.py: the meta device as the stand-in for CUDA), for every
+kind of agent and both rollouts; and the stand-in itself catches what the first GPU
+run hit."""
+
+import pytest
+import torch
+
+from dreamer.agent.build import build_agent
+from dreamer.config import load
+from dreamer.learning.learner import Learner
+from tests.batches import real_batch, synthetic_batch
+from tests.device_step import HostTouched, captured_step, meta_moves
+from tests.test_fused import AGENTS
+
+
+def learner_and_batch(kind: str, rollout: str, device: torch.device):
+    overrides, spaces = AGENTS[kind]
+    cfg = load(
+        ["experiment=smoke", *overrides, f"learner.rollout={rollout}"]
+        + ["learner.compile=false", "learner.cudagraph=false", "learner.precision=fp32"]
+    )
+    length = 8
+    if spaces is None:
+        spaces, batch = real_batch(cfg, 2, length)
+    else:
+        batch = synthetic_batch(spaces, 2, length)
+    torch.manual_seed(0)
+    learner = Learner(build_agent(cfg.model, cfg.learner, spaces), cfg.learner, device)
+    return learner, batch
+
+
+@pytest.mark.parametrize("rollout", ["torchrl", "fused"])
+@pytest.mark.parametrize("kind", list(AGENTS))
+def test_the_captured_step_stays_on_the_device(monkeypatch, kind, rollout):
+    with meta_moves(monkeypatch) as device:
+        learner, batch = learner_and_batch(kind, rollout, device)
+        assert captured_step(learner, batch) > 1000  # the whole loss and its backward ran
+        grads = [p.grad for p in learner.loss.parameters()]
+        assert all(grad is not None and grad.device == device for grad in grads)
+
+
+def test_the_stand_in_catches_a_host_tensor_and_a_host_read(monkeypatch):
+    """What the GPU run found, put back: the loss moved by torchrl's own ``_apply`` (as
+    before ``DreamerLoss._apply``: the imagination env stays on the CPU); a step that
+    reads a value on the host."""
+    from torchrl.objectives import LossModule
+
+    from dreamer.agent.loss import DreamerLoss
+
+    with meta_moves(monkeypatch) as device:
+        with monkeypatch.context() as reverted:
+            reverted.setattr(DreamerLoss, "_apply", LossModule._apply)
+            learner, batch = learner_and_batch("vector_discrete", "torchrl", device)
+        assert learner.loss.actor_loss.model_based_env.device == torch.device("cpu")
+        with pytest.raises(HostTouched, match="cpu"):
+            captured_step(learner, batch)
+
+        learner, batch = learner_and_batch("vector_discrete", "fused", device)
+        forward = type(learner.stepper.loss_module).forward
+
+        def reads_the_host(self, sample):
+            result = forward(self, sample)
+            if result.get("loss_actor") > 0:  # bool() of a device tensor: a sync
+                result.set("loss_actor", result.get("loss_actor") * 1)
+            return result
+
+        monkeypatch.setattr(type(learner.stepper.loss_module), "forward", reads_the_host)
+        with pytest.raises(HostTouched, match="_local_scalar_dense"):
+            captured_step(learner, batch)
