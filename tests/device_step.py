@@ -7,9 +7,9 @@ torch's ``meta`` device, where tensors have shapes and no data; then the body of
 step torchrl's stepper compiles and captures (the loss's forward and backward) runs
 under ``OnDevice``, a dispatch mode that sees every operator's operands. Anything a
 CUDA graph cannot hold fails there: an operand or result on the CPU (a tensor created
-on, or copied to, the host; only empty ones, which hold no data, pass), a read of a value on the host (``.item()``, ``bool()``) or
-an operator whose result's shape depends on the data (``nonzero``, boolean indexing):
-both wait for the device."""
+on, or copied to, the host; only empty ones, which hold no data, pass), a read of a
+value on the host (``.item()``, ``bool()``) or an operator whose result's shape depends
+on the data (``nonzero``, boolean indexing): both wait for the device."""
 
 from __future__ import annotations
 
@@ -115,9 +115,8 @@ def captured_step(learner, batch) -> int:
     sample = stepper._prepare_sample(batch.to(learner.device))
     with OnDevice(learner.device) as mode:
         losses = stepper.loss_module(sample)
-        total = sum(
-            value for key, value in losses.items() if isinstance(key, str) and key.startswith("loss_")
-        )
+        terms = [value for key, value in losses.items() if str(key).startswith("loss_")]
+        total = sum(terms)
         stepper.optimizer.zero_grad(set_to_none=False)
         total.backward()
     return mode.operators
