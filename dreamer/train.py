@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 # before anything imports torch: libgomp reads its settings when torch loads it
-from dreamer.runtime.openmp import spin_like_libgomp_default
+from dreamer.runtime.openmp import choose_wait_policy
 
-OPENMP = spin_like_libgomp_default()
+OPENMP = choose_wait_policy()
 
 import contextlib
 import logging
@@ -91,7 +91,8 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
     """The loop. ``build`` makes the run's parts (``dreamer.training.parts.build_parts``)."""
     check_installed(cfg.logger.use)
     pace = pace_mode(cfg.collector.pace, device.type == "cpu")
-    torch.set_num_threads(learner_threads(cfg.learner.threads, device, pace != "none"))
+    collectors = cfg.run.envs // cfg.collector.envs_per_worker + 1  # + the inference process
+    torch.set_num_threads(learner_threads(cfg.learner.threads, device, pace != "none", collectors))
     parts = build(cfg, logdir, world, device, pace=pace)
     parts.restore(cfg, resume, world)
     agent, learner, replay, steps, collector = (

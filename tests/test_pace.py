@@ -66,6 +66,37 @@ def test_a_paced_learner_gets_every_core_and_an_unpaced_one_half(monkeypatch):
     assert learner_threads(0, cpu, paced=False) == 2
 
 
+def test_a_gpu_learner_takes_the_cores_collection_leaves_and_sleeps_when_idle(
+    monkeypatch, tmp_path
+):
+    """The first H200 run: a CUDA learner took 16 spinning OpenMP threads beside 16 env
+    workers and the inference process on 16 cores."""
+    import dreamer.learning.learner as learner
+    from dreamer.runtime import openmp
+
+    cuda = torch.device("cuda", 0)
+    monkeypatch.setattr(learner, "usable_cores", lambda: 16)
+    assert learner_threads(0, cuda, collectors=17) == 1  # 16 env workers + inference
+    assert learner_threads(0, cuda, collectors=5) == learner.CUDA_THREADS
+    assert learner_threads(0, cuda, collectors=14) == 2
+    assert learner_threads(6, cuda, collectors=17) == 6  # a configured count stays
+    gpus = tmp_path / "gpus"
+    (gpus / "0000:00:05.0").mkdir(parents=True)
+    for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    assert openmp.choose_wait_policy([], gpus) == {"OMP_WAIT_POLICY": "PASSIVE"}
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    assert openmp.choose_wait_policy(["learner.device=cpu"], gpus) == openmp.SPIN
+    for name in openmp.SPIN:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU this process may use
+    assert openmp.choose_wait_policy([], gpus) == openmp.SPIN
+    for name in openmp.SPIN:
+        monkeypatch.delenv(name)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert openmp.choose_wait_policy([], tmp_path / "no-driver") == openmp.SPIN
+
+
 def collector_pids(trainer: Trainer) -> tuple[list[int], int]:
     workers = [int(pid) for pid in trainer.wait_for(r"env worker pids: ([\d ]+)").split()]
     return workers, int(trainer.wait_for(r"inference server pid: (\d+)"))

@@ -74,17 +74,24 @@ def use_compile_cache() -> None:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(base / "dreamer" / "torch-compile")
 
 
-def learner_threads(configured: int, device: torch.device, paced: bool = False) -> int:
+CUDA_THREADS = 4  # a GPU learner's host threads only sample replay and launch kernels
+
+
+def learner_threads(
+    configured: int, device: torch.device, paced: bool = False, collectors: int = 0
+) -> int:
     """``learner.threads`` resolved: 0 means, on the CPU, every usable core when
     collection is paced (``collector.pace``: it yields them to the update), else half,
     at least one, since the env workers and the inference process then run beside it
-    (benchmarks/README.md, "The run"); on CUDA torch's default (the GPU does the work).
-    An ``OMP_NUM_THREADS`` in the environment caps the CPU's choice: it says how many
-    threads this process may take (``make test`` runs two trainers on two cores)."""
+    (benchmarks/README.md, "The run"); on CUDA the cores the ``collectors`` (env worker
+    and inference processes) leave, at most ``CUDA_THREADS``, at least one: the GPU does
+    the work, the env workers need the cores. An ``OMP_NUM_THREADS`` in the environment
+    caps the CPU's choice: it says how many threads this process may take (``make test``
+    runs two trainers on two cores)."""
     if configured:
         return configured
     if device.type == "cuda":
-        return torch.get_num_threads()
+        return max(1, min(CUDA_THREADS, usable_cores() - collectors))
     threads = usable_cores() if paced else max(1, usable_cores() // 2)
     with contextlib.suppress(ValueError):
         threads = min(threads, max(1, int(os.environ.get("OMP_NUM_THREADS", ""))))
