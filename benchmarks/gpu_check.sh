@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check: everything the design claims for a GPU, measured in one run of at most
-# 6 minutes on the offline H200 machine as it is (its python3 with torch 2.11 and numpy,
+# 5 minutes, install included, on the offline H200 machine as it is (its python3 with torch 2.11 and numpy,
 # matplotlib, tensorboard, tqdm, filelock, pytest; no package index). From the repository
 # root, with the wheels of `make gpu-wheels` in .whl/:
 #
@@ -9,12 +9,15 @@
 #
 # .whl/ is git-ignored: whatever copies the working tree to the GPU machine must carry it.
 # Writes under $OUT (default benchmarks/results/gpu): gpu.json (every figure, `device`
-# holding the GPU's name), summary.md (the tables for benchmarks/README.md) and log.txt,
-# three files within the machine's limits (8 files, 2 folders deep, 16 MiB each). Each
-# step has its own time limit, capped by what is left of the whole budget; a step that
-# runs out or fails leaves what it measured and the next one still runs.
+# holding the GPU's name), summary.md (the tables for benchmarks/README.md), log.txt
+# (each step's last lines) and, for each of the first five steps that fail or run out,
+# fail-<step>.txt with its whole output: at most the machine's 8 files. First every
+# learner mode at a tiny shape (a minute), so a broken mode shows before the figures
+# spend the budget. Each step has its own time limit, capped by what is left of the
+# whole budget; a step that runs out or fails leaves what it measured and the next one
+# still runs.
 # GPU_CHECK_ONLY="trainer learner-size50m-32x256" runs only the steps named, in order,
-# each with the rest of the budget (GPU_CHECK_SECONDS, default 345): a second try.
+# each with the rest of the budget (GPU_CHECK_SECONDS, default 255): a second try.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DRY=0
@@ -25,13 +28,15 @@ fi
 OUT=${OUT:-benchmarks/results/gpu}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-rm -f "$OUT/gpu.json" "$OUT/summary.md" "$OUT/log.txt"
+rm -f "$OUT/gpu.json" "$OUT/summary.md" "$OUT/log.txt" "$OUT"/fail-*.txt
 WORK=$(mktemp -d /tmp/gpu_check.XXXXXX)  # step outputs and run dirs: kept off $OUT's limits
 exec > >(tee "$OUT/log.txt") 2>&1
-# 6 minutes with the start-up on the GPU; the dry run on a 2-core CPU, maybe shared with
-# other work (filelock and gc_freeze alone start 8 Pythons), gets 20x each limit
+# 5 minutes with the install (~15 s) and start-up on the GPU; the dry run on a 2-core CPU,
+# maybe shared with other work (filelock and gc_freeze alone start 8 Pythons), gets 20x
+# each limit
 SCALE=${GPU_CHECK_SCALE:-$((DRY ? 20 : 1))}
-DEADLINE=$((SECONDS + ${GPU_CHECK_SECONDS:-$((345 * SCALE))}))
+DEADLINE=$((SECONDS + ${GPU_CHECK_SECONDS:-$((255 * SCALE))}))
+FAIL_FILES=5  # + gpu.json, summary.md, log.txt: the 8 files that come back
 export PYTHONUNBUFFERED=1 RL_WARNINGS=0
 
 step() {  # step NAME SECONDS COMMAND...: the command under its own limit, capped by the budget
@@ -50,6 +55,10 @@ step() {  # step NAME SECONDS COMMAND...: the command under its own limit, cappe
   timeout -k 10 "$limit" "$@" >"$WORK/$name.txt" 2>&1
   rc=$?
   tail -n 25 "$WORK/$name.txt"
+  if ((rc != 0)) && (($(find "$OUT" -name 'fail-*.txt' | wc -l) < FAIL_FILES)); then
+    # the whole output (at most 16 MiB), torch's verbose partitioner dumps left out
+    grep -v 'partitioner.py' "$WORK/$name.txt" | tail -c 16000000 >"$OUT/fail-$name.txt"
+  fi
   printf '%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - started))" >>"$WORK/steps.tsv"
   echo "-- $name: exit $rc after $((SECONDS - started)) s"
 }
@@ -76,6 +85,7 @@ if ((DRY)); then
   fi
   LEARNER_SHAPES=("tiny 2 8 1")
   LEARNER_MODES=(--modes torchrl_eager fused --roof-size 256)  # a 2048 roof takes ~20 s here
+  ALL_MODES=("${LEARNER_MODES[@]}")
   ROOF=(--size 256)
   TINY=(model=tiny replay.batch=2 replay.length=8 run.train_ratio=16 run.train_starts=64
     collector.chunk=4 learner.device=cpu learner.precision=fp32
@@ -96,6 +106,8 @@ else
   LEARNER_MODES=(--modes torchrl_eager eager_fp32 compiled_cudagraph_bf16
     torchrl_compiled_cudagraph_bf16)
   if grep -q '"fused"' benchmarks/learner.py; then LEARNER_MODES+=(fused); fi
+  ALL_MODES=(--modes torchrl_eager eager_fp32 eager_bf16 compiled_fp32 compiled_cudagraph_bf16
+    torchrl_compiled_cudagraph_bf16 fused fused_compiled_cudagraph_bf16 --roof-size 256)
   ROOF=()
   # minedojo_4gpu's learner (size50m, 32 x 256, compiled, CUDA graph, bf16) and one rank's
   # collector (16 workers, static-batch CUDA-graph inference) on Crafter, world size 1;
@@ -111,7 +123,8 @@ else
 fi
 
 $PY -c "import sys, torch; print('python', sys.version.split()[0], '| torch', torch.__version__,
-'| cuda', torch.cuda.is_available() and torch.cuda.get_device_name(0), '| usable cores', __import__('dreamer.runtime.cores').cores.usable_cores(), 'of', __import__('os').cpu_count())"
+'| cuda', torch.cuda.is_available() and torch.cuda.get_device_name(0), '| usable cores', __import__('importlib').import_module('dreamer.runtime.cores').usable_cores(),
+'of', __import__('os').cpu_count())"
 if ((!DRY)); then
   $PY -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'" || exit 1
 fi
@@ -121,6 +134,9 @@ learner() {  # learner MODEL BATCH LENGTH UPDATES
     --updates "$4" "${LEARNER_MODES[@]}" --json "$WORK/learner-$1-$2x$3.json"
 }
 
+# every mode once at a tiny shape: what fails shows in a minute, with its whole output
+step modes 60 $PY benchmarks/learner.py --model tiny --batch 2 --length 8 --updates 2 \
+  "${ALL_MODES[@]}" --json "$WORK/modes.json"
 step roof 15 $PY benchmarks/matmul_roof.py "${ROOF[@]}" --json "$WORK/roof.json"
 read -r -a shape <<<"${LEARNER_SHAPES[0]}"
 learner "${shape[@]}" 80

@@ -101,9 +101,15 @@ def modes(device: torch.device, last: int) -> dict[str, list[str] | None]:
             **common,
             "eager_fp32": ["learner.compile=false", "learner.cudagraph=false"]
             + ["learner.precision=fp32"],
+            "eager_bf16": ["learner.compile=false", "learner.cudagraph=false"]
+            + ["learner.precision=bf16"],
+            "compiled_fp32": ["learner.compile=true", "learner.cudagraph=false"]
+            + ["learner.precision=fp32"],
             "compiled_cudagraph_bf16": ["learner.compile=true", "learner.cudagraph=true"]
             + ["learner.precision=bf16"],
             "torchrl_compiled_cudagraph_bf16": None,
+            "fused_compiled_cudagraph_bf16": ["learner.rollout=fused", "learner.compile=true"]
+            + ["learner.cudagraph=true", "learner.precision=bf16"],
         }
     return {
         **common,

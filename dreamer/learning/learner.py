@@ -135,6 +135,10 @@ class Learner:
     def __init__(self, agent: Agent, learner_cfg, device: torch.device, world: World = World()):
         self.agent = agent
         self.device = device
+        if device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = True  # fp32 matmuls and convs in TF32
+            torch.backends.cudnn.allow_tf32 = True
+            torch.backends.cudnn.benchmark = True  # fixed shapes: the fastest conv, found once
         self.loss = agent.loss.to(device)
         self.max_skips = learner_cfg.max_skips
         self._statistics = [b for name, b in self.loss.named_buffers() if "retnorm" in name]
@@ -174,7 +178,7 @@ class Learner:
     def update(self, batch: TensorDictBase) -> dict[str, torch.Tensor]:
         """One optimizer step on a [batch, length] replay sample; returns its scalar
         losses as tensors on the learner's device (none for a skipped update)."""
-        batch = batch.to(self.device)
+        batch = batch.to(self.device, non_blocking=self.device.type == "cuda")
         if not self._warm:
             self.stepper.warmup(batch)
             self._warm = True
