@@ -41,7 +41,7 @@ from dreamer.runtime.schedules import Clock
 from dreamer.runtime.signals import StopSignals
 from dreamer.runtime.timing import CpuSpeedNote, LoopTimers
 from dreamer.training.parts import build_parts
-from dreamer.training.rundir import prepare_run_dir
+from dreamer.training.rundir import make_run_dir, prepare_run_dir
 
 log = logging.getLogger("dreamer")
 
@@ -62,8 +62,7 @@ def main(argv: list[str] | None = None, build=build_parts, cfg=None) -> int:
         with process_group(world, device, cfg.learner.dist_timeout):
             logdir = Path(world.broadcast_object(cfg.run.logdir))  # rank 0's default timestamp
             if world.main:
-                created = [p for p in (logdir, *logdir.parents) if not p.exists()]
-                logdir.mkdir(parents=True, exist_ok=True)
+                created = make_run_dir(logdir)
             with RunLock(logdir) if world.main else contextlib.nullcontext():
                 state = prepare_run_dir(cfg, logdir) if world.main else None
                 world.barrier()  # rank 0 has checked the run directory and saved the config

@@ -3,16 +3,48 @@ what a crash left behind cleaned up, and the latest checkpoint's state."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
+import os
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from dreamer.config import check_resume
+from dreamer.errors import ConfigError
 from dreamer.outputs.logs import MetricsWriter
 from dreamer.runtime import checkpoint, signals
 
 log = logging.getLogger("dreamer")
+
+
+def make_run_dir(logdir: Path) -> list[Path]:
+    """``run.logdir`` created if missing and checked writable (a file is written there
+    and removed); returns the folders it created, the run directory first. Refused in
+    one line (``ConfigError``) when it is a file, lies under one, or cannot be created
+    or written (read-only, immutable, no permission, /proc)."""
+    created = [p for p in (logdir, *logdir.parents) if not p.exists()]
+    probe = logdir / f".write-check-{os.getpid()}"
+    try:
+        logdir.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        for folder in created:  # leave nothing of a refused run directory
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        blocker = next((p for p in (logdir, *logdir.parents) if p.exists()), logdir)
+        if error.errno in (errno.EEXIST, errno.ENOTDIR) and blocker.is_file():
+            why = f"{blocker} is a file, not a folder"
+        elif error.errno == errno.ENOENT:  # e.g. /proc: the parent exists, takes nothing
+            why = f"{blocker} does not take new folders"
+        else:
+            why = f"{error.strerror.lower() if error.strerror else error} ({blocker})"
+        raise ConfigError(
+            f"run.logdir: cannot use {logdir}: {why}; give a writable folder"
+        ) from None
+    return created
 
 
 def prepare_run_dir(cfg, logdir: Path) -> dict | None:
