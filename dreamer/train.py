@@ -9,6 +9,7 @@ OPENMP = choose_wait_policy()
 
 import contextlib
 import logging
+import shlex
 import shutil
 import sys
 import time
@@ -52,8 +53,9 @@ def main(argv: list[str] | None = None, build=build_parts, cfg=None) -> int:
 
     Under torchrun every rank runs this; rank 0 alone owns the run directory (lock,
     config, metrics, checkpoints) and the others start from its checkpoint."""
+    argv = sys.argv[1:] if argv is None else argv
     if cfg is None:  # a sweep's job passes the config its launcher composed
-        cfg = from_argv(sys.argv[1:] if argv is None else argv)
+        cfg = from_argv(argv)
     world = World.from_environment()
     setup_logging(world.rank)
     created: list[Path] = []  # the run directory and the parents made for it
@@ -68,7 +70,17 @@ def main(argv: list[str] | None = None, build=build_parts, cfg=None) -> int:
                 world.barrier()  # rank 0 has checked the run directory and saved the config
                 if not world.main:
                     state = checkpoint.latest_state(logdir)
-                return train(cfg, logdir, state, world, device, build)
+                try:
+                    code = train(cfg, logdir, state, world, device, build)
+                    if code == signals.REQUEUE_EXIT and world.main:
+                        log.info("resume it with: %s", resume_command(argv, logdir))
+                    return code
+                except KeyboardInterrupt:
+                    log.info(
+                        "interrupted: checkpoint written; resume it with: %s",
+                        resume_command(argv, logdir),
+                    )
+                    raise
     except (ConfigError, RunLockedError, checkpoint.CheckpointError) as error:
         if created:  # refused before any training: leave no half-created run directory
             shutil.rmtree(created[0], ignore_errors=True)
@@ -210,10 +222,17 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
         message = f"stopped by signal {signal} at env step {steps.env_steps}"
         if world.main:
             (logdir / signals.STOPPED_FILE).write_text(message + "\n")
-        log.info("%s; rerun to resume", message)
+        log.info("%s", message)
         return signals.REQUEUE_EXIT
     log.info("done: %d env steps, %d updates", steps.env_steps, learner.updates)
     return 0
+
+
+def resume_command(argv: list[str], logdir: Path) -> str:
+    """The run's command line ``argv`` with ``run.logdir`` pointing at ``logdir``: what
+    continues it (a rerun without it would start a new run directory)."""
+    kept = [arg for arg in argv if not arg.startswith("run.logdir=")]
+    return shlex.join(["python", "-m", "dreamer.train", *kept, f"run.logdir={logdir.resolve()}"])
 
 
 def cli() -> int:
@@ -223,8 +242,7 @@ def cli() -> int:
         return sweep.main(sys.argv[1:], main)
     try:
         return main()
-    except KeyboardInterrupt:
-        log.info("interrupted: checkpoint written; rerun with the same run.logdir to resume")
+    except KeyboardInterrupt:  # the run said where it stopped and how to resume it
         return signals.INTERRUPT_EXIT
 
 

@@ -69,13 +69,15 @@ TESTS = itertools.count()
 def ends_what_it_started(request):
     """Every process the test started is ended with it (tests/leaks.py); a test that
     passed yet left one running fails. Autouse: set up before the test's other function
-    fixtures, after the module's (whose processes stay for the module's next tests)."""
+    fixtures, after the module's (whose processes, and what they start, stay for the
+    module's next tests)."""
     before = leaks.owned(None)
     mark = f"{os.getpid()}-{next(TESTS)}"
     os.environ[leaks.TEST_MARK] = mark
     yield
     del os.environ[leaks.TEST_MARK]
-    left = {pid for pid in leaks.owned(mark) - before if not leaks.helper(pid)}
+    before |= leaks.KEPT
+    left = {pid for pid in leaks.owned(mark) - before if leaks.started_by_the_test(pid, before)}
     killed = leaks.end(left, leaks.GRACE)
     report = getattr(request.node, "report_call", None)
     if killed and report is not None and report.passed:

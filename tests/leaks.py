@@ -30,7 +30,18 @@ INTERPRETER_HELPERS = (
     "multiprocessing.resource_tracker",
     "multiprocessing.forkserver",
     "torch/_inductor/compile_worker",
+    "wandb/bin/wandb-core",  # wandb's service, until the process that started it exits
 )
+
+
+# processes a module's fixture started from inside a test (a shared server started on
+# first use), with what they start: the session's check ends them, not the test's
+KEPT: set[int] = set()
+
+
+def keep(pid: int) -> None:
+    """``pid`` serves the module, not the test that happened to start it."""
+    KEPT.add(pid)
 
 
 def environment(pid: int) -> dict[str, str]:
@@ -70,6 +81,19 @@ def helper(pid: int) -> bool:
     return parent(pid) == os.getpid() and any(
         name in command_line(pid) for name in INTERPRETER_HELPERS
     )
+
+
+def ancestors(pid: int) -> list[int]:
+    chain = []
+    while (pid := parent(pid)) > 1:
+        chain.append(pid)
+    return chain
+
+
+def started_by_the_test(pid: int, before: set[int]) -> bool:
+    """Not below a process that was there before the test (a module's server forks
+    workers of its own when it likes), nor one of this process's own helpers."""
+    return not helper(pid) and not (set(ancestors(pid)) & before)
 
 
 def owned(mark: str | None) -> set[int]:

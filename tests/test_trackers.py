@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from dreamer.runtime import signals
+from tests import leaks
 from tests.runs import QUICK, UNTIL_STOPPED, Trainer, read_metrics, run_trainer, wait_until
 
 mlflow = pytest.importorskip("mlflow")
@@ -55,6 +56,7 @@ def start_mlflow_server(store: Path) -> tuple[str, subprocess.Popen]:
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+    leaks.keep(server.pid)  # shared by this file's tests (tests/leaks.py)
     uri = f"http://127.0.0.1:{port}"
 
     def healthy() -> bool:

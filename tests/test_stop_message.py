@@ -1,0 +1,39 @@
+"""A stopped run ends with the command that resumes it: its own command line, with
+``run.logdir`` naming its run directory (a plain rerun starts a new one); that command
+resumes it."""
+
+import shlex
+import signal
+
+import pytest
+
+from dreamer.runtime import signals
+from tests.runs import QUICK, UNTIL_STOPPED, Trainer, read_metrics, run_trainer
+
+
+@pytest.mark.slow
+def test_sigterm_ends_with_the_command_that_resumes_the_run(tmp_path):
+    logdir = tmp_path / "run"
+    trainer = Trainer(logdir, *QUICK, UNTIL_STOPPED, log=tmp_path / "run.log")
+    trainer.wait_rows()
+    trainer.process.send_signal(signal.SIGTERM)
+    assert trainer.wait(300) == signals.REQUEUE_EXIT, trainer.tail()
+    last = trainer.text().strip().splitlines()[-1]
+    prefix = "resume it with: "
+    assert prefix in last, trainer.tail()
+    command = shlex.split(last.split(prefix, 1)[1])
+    assert command[:3] == ["python", "-m", "dreamer.train"]
+    assert f"run.logdir={logdir.resolve()}" in command
+    assert [arg for arg in command[3:] if not arg.startswith("run.logdir=")] == [
+        *QUICK,
+        UNTIL_STOPPED,
+        "run.progress=false",
+    ]
+    stopped_at = read_metrics(logdir)[-1]["env_steps"]
+    # the printed command, to a near end: it resumes the same run directory
+    dropped = ("run.logdir=", "run.steps=", "run.progress=")
+    rest = [a for a in command[3:] if not a.startswith(dropped)]
+    resumed = run_trainer(logdir, *rest, f"run.steps={stopped_at + 200}", timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from" in resumed.stdout + resumed.stderr
+    assert read_metrics(logdir)[-1]["env_steps"] == stopped_at + 200
