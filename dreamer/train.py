@@ -138,7 +138,9 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
         LoopTimers(learner.updates),
     )
     speed_note = CpuSpeedNote(cfg, enabled=world.main and device.type == "cpu")
-    progress = Progress(cfg.run.steps, initial=start, enabled=cfg.run.progress and world.main)
+    progress = Progress(
+        cfg.run.steps, start, enabled=cfg.run.progress and world.main, updates=learner.updates
+    )
     log.info(
         "training %s on %s (learner: %d torch threads of %d usable cores, OpenMP %s; "
         "collection pace while it updates: %s), logging to %s",
@@ -169,6 +171,7 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
                         losses.add(learner.update(batch))
                         timers.add("update", seconds := time.perf_counter() - started)
                         speed_note(seconds)
+                        progress.update(env_steps, learner.updates)
                         if should_push(learner.updates):
                             with timers.phase("sync"):
                                 collector.push(agent.policy, cfg.collector.push_timeout)

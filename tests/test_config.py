@@ -350,10 +350,19 @@ def test_evaluate_rejects_bad_arguments_with_one_line(argument, message, capsys)
     assert error.startswith(f"error: {message}") and error.count("\n") == 1
 
 
-def test_the_cpu_speed_note_points_to_make_smoke_only_for_a_long_run():
+def test_the_cpu_speed_note_counts_train_starts_and_names_a_run_that_fits():
     from dreamer.runtime.timing import CpuSpeedNote
 
     smoke, long = load(["experiment=smoke"]), load(["experiment=dmc_proprio"])
-    assert "make smoke" not in CpuSpeedNote(smoke, True).note(0.05)
-    assert "make smoke" in CpuSpeedNote(long, True).note(0.5)
-    assert "~1,100,000 updates" in CpuSpeedNote(long, True).note(0.5)  # 1.1e6 x 1024 / 1024
+    short = CpuSpeedNote(smoke, True).note(0.05)
+    assert "make smoke" not in short and "experiment=dmc_proprio_cpu" not in short
+    run, replay = smoke.run, smoke.replay
+    updates = (run.steps - run.train_starts) * run.train_ratio / (replay.batch * replay.length)
+    assert f"~{updates:,.0f} updates" in short  # none before train_starts
+    assert f"= ~{updates * 0.05:.0f} s of learner time" in short  # not "~0.0 h"
+    assert "= ~12 min of" in CpuSpeedNote(smoke, True).note(720 / updates)
+    note = CpuSpeedNote(long, True).note(0.5)
+    assert "make smoke" in note and "make train ARGS=experiment=dmc_proprio_cpu" in note
+    run, replay = long.run, long.replay
+    updates = (run.steps - run.train_starts) * run.train_ratio / (replay.batch * replay.length)
+    assert f"~{updates:,.0f} updates = ~{updates * 0.5 / 3600:,.1f} h" in note

@@ -184,9 +184,10 @@ class Rates:
 
 
 class Progress:
-    """tqdm bar over env steps showing steps/s, updates/s and the ETA."""
+    """tqdm bar over env steps showing steps/s, updates/s and the ETA; updated after
+    every update and every collected batch (tqdm redraws at most every 0.1 s)."""
 
-    def __init__(self, total: int, initial: int = 0, enabled: bool = True):
+    def __init__(self, total: int, initial: int = 0, enabled: bool = True, updates: int = 0):
         self.bar = tqdm(
             total=total,
             initial=initial,
@@ -196,14 +197,13 @@ class Progress:
             file=sys.stderr,
         )
         self.started = time.perf_counter()
-        self.first_updates = None
+        self.first_updates = updates  # a resumed run's, so its rate counts only its own
 
     def update(self, env_steps: int, updates: int) -> None:
-        if self.first_updates is None:
-            self.first_updates = updates
         elapsed = max(time.perf_counter() - self.started, 1e-9)
-        self.bar.set_postfix(upd=updates, upd_s=f"{(updates - self.first_updates) / elapsed:.2f}")
-        self.bar.update(env_steps - self.bar.n)
+        rate = (updates - self.first_updates) / elapsed
+        self.bar.set_postfix(upd=updates, upd_s=f"{rate:.2f}", refresh=False)
+        self.bar.update(env_steps - self.bar.n)  # a redraw when tqdm's interval passed
 
     def close(self) -> None:
         self.bar.close()

@@ -92,12 +92,27 @@ class CpuSpeedNote:
 
     def note(self, seconds_per_update: float) -> str:
         run, replay = self.cfg.run, self.cfg.replay
-        updates = run.steps * run.train_ratio / (replay.batch * replay.length)
-        hours = updates * seconds_per_update / 3600
+        trained = max(run.steps - run.train_starts, 0)  # no updates before train_starts
+        updates = trained * run.train_ratio / (replay.batch * replay.length)
+        seconds = updates * seconds_per_update
         note = (
             f"no GPU: a learner update takes {seconds_per_update:.2f} s on this CPU (median "
             f"of the first {self.sample}); run.steps={run.steps} needs ~{updates:,.0f} "
-            f"updates = ~{hours:,.1f} h of learner time"
+            f"updates = ~{duration(seconds)} of learner time"
         )
-        # a run of minutes (make smoke's own, say) is its own quick check
-        return note + (". For a quick end-to-end check run `make smoke`." if hours >= 1 else ".")
+        if seconds < 3600:  # a run of minutes (make smoke's own, say) is its own quick check
+            return note + "."
+        return note + (
+            ". A real run that fits a CPU: `make train ARGS=experiment=dmc_proprio_cpu` "
+            "(DMC from proprioception, 50k env steps, 25-35 min on 2 cores: "
+            "benchmarks/README.md); a quick end-to-end check: `make smoke`."
+        )
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` in the unit that keeps it readable: 45 s, 12 min, 3.4 h."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:,.1f} h"
