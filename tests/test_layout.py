@@ -83,5 +83,11 @@ def test_the_wheel_lists_every_folder_of_the_package():
     project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
     listed = set(project["tool"]["setuptools"]["packages"])
     folders = {module_name(p) for p in PACKAGE.rglob("__init__.py")}
-    assert listed == folders | {"dreamer.conf"}
+    conf = PACKAGE.parent / "conf"
+    presets = {
+        ".".join(("dreamer.conf", *folder.relative_to(conf).parts))
+        for folder in [conf, *conf.rglob("*")]
+        if folder.is_dir()
+    }
+    assert listed == folders | presets
     assert project["tool"]["setuptools"]["package-dir"] == {"dreamer.conf": "conf"}
