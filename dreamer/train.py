@@ -118,7 +118,7 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
         log.info("nothing to do: %d env steps already done (run.steps=%d)", start, cfg.run.steps)
         return 0
     if world.main and (note := path_note(bool(parts.spaces.image_keys))):
-        log.warning(note)
+        log.info(note)  # a note on speed, not a problem with this run
     writer = MetricsWriter.from_config(cfg, logdir) if world.main else None
     collector.start()
     evaluation = None

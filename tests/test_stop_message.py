@@ -1,7 +1,8 @@
 """A stopped run ends with the command that resumes it: its own command line, with
 ``run.logdir`` naming its run directory (a plain rerun starts a new one); that command
-resumes it."""
+resumes it. Stopping prints no traceback, ERROR or WARNING from any of its processes."""
 
+import os
 import shlex
 import signal
 
@@ -18,6 +19,7 @@ def test_sigterm_ends_with_the_command_that_resumes_the_run(tmp_path):
     trainer.wait_rows()
     trainer.process.send_signal(signal.SIGTERM)
     assert trainer.wait(300) == signals.REQUEUE_EXIT, trainer.tail()
+    assert_quiet(trainer.text())
     last = trainer.text().strip().splitlines()[-1]
     prefix = "resume it with: "
     assert prefix in last, trainer.tail()
@@ -37,3 +39,33 @@ def test_sigterm_ends_with_the_command_that_resumes_the_run(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from" in resumed.stdout + resumed.stderr
     assert read_metrics(logdir)[-1]["env_steps"] == stopped_at + 200
+
+
+def assert_quiet(text: str) -> None:
+    noise = [line for line in text.splitlines() if "Traceback" in line or " ERROR " in line]
+    noise += [line for line in text.splitlines() if " WARNING " in line]
+    assert noise == [], text[-4000:]
+
+
+@pytest.mark.slow
+def test_ctrl_c_to_the_whole_terminal_group_is_one_clean_stop(tmp_path):
+    """Ctrl-C reaches every process of the terminal's group: env workers, inference
+    process, render and evaluation processes print nothing, the driver checkpoints."""
+    logdir = tmp_path / "run"
+    trainer = Trainer(
+        logdir,
+        *QUICK,
+        UNTIL_STOPPED,
+        "eval.every=300",
+        "eval.episodes=1",
+        "eval.max_steps=50",
+        log=tmp_path / "run.log",
+        session=True,  # its own process group, as a terminal's foreground job
+    )
+    trainer.wait_rows(2)
+    os.killpg(trainer.pid, signal.SIGINT)
+    assert trainer.wait(300) == signals.INTERRUPT_EXIT, trainer.tail()
+    assert_quiet(trainer.text())
+    last = trainer.text().strip().splitlines()[-1]
+    assert "interrupted: checkpoint written; resume it with: python -m dreamer.train" in last
+    assert last.endswith(f"run.logdir={logdir.resolve()}")

@@ -47,8 +47,9 @@ class StopSignals:
 
 @contextlib.contextmanager
 def children_keep_signals():
-    """Processes started inside (a replaced collector, a relaunched evaluation process,
-    a new render pool) ignore what the run's first children ignore.
+    """Processes started inside (the collector's, the evaluation process, the render
+    pool, and their replacements) never act on SIGINT, and ignore what the run's first
+    children ignore.
 
     The first children start before ``StopSignals`` and inherit SIG_IGN for what the
     launcher ignores (USR1 under SLURM, which signals every process of the job step).
@@ -59,10 +60,9 @@ def children_keep_signals():
     so they never act on them, and this process takes a pending one when the mask is
     restored."""
     stop = StopSignals.installed
-    blocked = stop.ignored() if stop is not None else []
-    if not blocked:
-        yield
-        return
+    # Ctrl-C reaches the terminal's whole process group: the driver stops the run and
+    # ends its children, which would otherwise each print a KeyboardInterrupt traceback
+    blocked = [signal.SIGINT, *(stop.ignored() if stop is not None else [])]
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
     try:
         yield
