@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install train smoke test test-fast lint bench-learning gpu-wheels gpu-check-dry clean osmesa peers
+.PHONY: install train resume smoke test test-fast lint bench-learning gpu-wheels gpu-check-dry clean osmesa peers
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -20,6 +20,10 @@ install: $(STAMP)
 
 train: $(STAMP)
 	$(PY) -m dreamer.train $(ARGS)
+
+# the newest unfinished run of the default env (add the ARGS it was started with)
+resume: $(STAMP)
+	$(PY) -m dreamer.train run.resume=latest $(ARGS)
 
 smoke: $(STAMP)
 	$(PY) -m dreamer.train experiment=smoke $(ARGS)

@@ -73,6 +73,9 @@ class RunConfig:
     train_starts: int = _f(1024, ">= 0")  # env steps before the first update
     seed: int = _f(0)
     logdir: str | None = _f(None)  # default: runs/<env.name>/<YYYYmmdd-HHMMSS>
+    # latest: without run.logdir, continue the newest unfinished run of this env under
+    # runs/<env.name>/ (a checkpoint short of run.steps) instead of starting a new one
+    resume: str = _f("never", choices=("never", "latest"))
     log_every: int = _f(1000, ">= 1")  # env steps between metrics lines
     save_every: float = _f(900.0, "> 0")  # seconds between checkpoints
     keep: int = _f(3, ">= 1")  # checkpoints kept
@@ -484,10 +487,33 @@ def register_schema() -> None:
 
 
 def resolved_logdir(cfg: DictConfig) -> Path:
-    """``run.logdir`` if set, else ``runs/<env.name>/<YYYYmmdd-HHMMSS>``."""
+    """``run.logdir`` if set, else with ``run.resume=latest`` the newest unfinished run
+    under ``runs/<env.name>/``, else a new ``runs/<env.name>/<YYYYmmdd-HHMMSS>``."""
     if cfg.run.logdir:
         return Path(cfg.run.logdir)
-    return Path("runs") / cfg.env.name / time.strftime("%Y%m%d-%H%M%S")
+    runs = Path("runs") / cfg.env.name
+    if cfg.run.resume == "latest":
+        found = latest_unfinished(runs, cfg.run.steps)
+        if found is None:
+            raise ConfigError(
+                f"run.resume=latest: no run under {runs}/ has a checkpoint short of "
+                f"run.steps={cfg.run.steps}; allowed: never (a new run), or run.logdir=<dir>"
+            )
+        return found
+    return runs / time.strftime("%Y%m%d-%H%M%S")
+
+
+def latest_unfinished(runs: Path, steps: int) -> Path | None:
+    """The newest run directory under ``runs`` whose latest checkpoint (its name holds
+    its env step) is short of ``steps``."""
+    from dreamer.runtime import checkpoint
+
+    folders = sorted((p for p in runs.glob("*") if p.is_dir()), key=lambda p: p.name)
+    for folder in reversed(folders):  # <YYYYmmdd-HHMMSS>: the name orders them
+        saved = checkpoint.saved_steps(folder)
+        if saved and saved[-1] < steps:
+            return folder
+    return None
 
 
 def load(overrides: list[str]) -> DictConfig:
@@ -575,6 +601,7 @@ def saved(path: Path) -> DictConfig:
 RESUMABLE_KEYS = (
     "run.steps",
     "run.logdir",
+    "run.resume",
     "run.log_every",
     "run.save_every",
     "run.keep",

@@ -5,6 +5,8 @@ resumes it. Stopping prints no traceback, ERROR or WARNING from any of its proce
 import os
 import shlex
 import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -69,3 +71,41 @@ def test_ctrl_c_to_the_whole_terminal_group_is_one_clean_stop(tmp_path):
     last = trainer.text().strip().splitlines()[-1]
     assert "interrupted: checkpoint written; resume it with: python -m dreamer.train" in last
     assert last.endswith(f"run.logdir={logdir.resolve()}")
+
+
+@pytest.mark.slow
+def test_resume_latest_continues_the_newest_unfinished_run_without_its_path(tmp_path):
+    """``run.resume=latest`` (``make resume``) in the folder a default run wrote to: the
+    newest run of the env whose checkpoint is short of ``run.steps`` resumes, a newer
+    finished one is passed over, and no new run directory is made."""
+    runs = tmp_path / "runs" / "cue"
+    stopped = runs / "20260101-000000"
+    trainer = Trainer(stopped, *QUICK, UNTIL_STOPPED, log=tmp_path / "run.log")
+    trainer.wait_rows()
+    assert trainer.stop() == signals.REQUEUE_EXIT, trainer.tail()
+    at = read_metrics(stopped)[-1]["env_steps"]
+    finished = runs / "20260102-000000" / "checkpoints"
+    finished.mkdir(parents=True)
+    (finished / "checkpoint-999999999999.pt").write_bytes(b"")  # its name says: done
+    done = subprocess.run(
+        [sys.executable, "-m", "dreamer.train", *QUICK, f"run.steps={at + 200}"]
+        + ["run.resume=latest", "run.progress=false"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "resuming from" in done.stderr
+    assert read_metrics(stopped)[-1]["env_steps"] == at + 200
+    assert sorted(p.name for p in runs.iterdir()) == ["20260101-000000", "20260102-000000"]
+    nothing = subprocess.run(
+        [sys.executable, "-m", "dreamer.train", "env=cue", "run.resume=latest"],
+        cwd=tmp_path / "runs",  # no runs/cue below it
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert nothing.returncode == 2
+    assert nothing.stderr.startswith("error: run.resume=latest: no run under runs/cue/")
+    assert nothing.stderr.count("\n") == 1
