@@ -1,22 +1,31 @@
 # Two commands set everything up on a fresh machine (Python 3.11 + pip):
-#   make train   # creates .venv, installs, trains DreamerV3 on Crafter
-#   make test    # creates .venv, installs, runs the test suite
+#   make train   # creates .venv, installs what training needs, trains DreamerV3 on Crafter
+#   make test    # creates .venv, installs the dev extra too, runs the test suite
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: install train resume smoke test test-fast lint bench-learning gpu-wheels gpu-check-dry clean osmesa peers
+.PHONY: install install-dev train resume smoke test test-fast lint bench-learning gpu-wheels gpu-check-dry clean osmesa peers
 
+# what training needs: the project and its dependencies (the extras stay extras)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first and exactly: the CPU wheel, never a multi-GB CUDA build by accident
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -e .
 	@touch $(STAMP)
 
+# what the tests need besides: pytest, the trackers, the simulators (the dev extra)
+$(DEV_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e ".[dev]"
+	@touch $(DEV_STAMP)
+
 install: $(STAMP)
+
+install-dev: $(DEV_STAMP)
 
 train: $(STAMP)
 	$(PY) -m dreamer.train $(ARGS)
@@ -33,7 +42,7 @@ osmesa:
 	@ldconfig -p | grep -q libOSMesa || { command -v apt-get >/dev/null && \
 		{ apt-get update -qq && apt-get install -y -qq libosmesa6; } >/dev/null || echo "install libosmesa6 for env=dmc vision"; }
 
-test: $(STAMP) osmesa
+test: $(DEV_STAMP) osmesa
 	# two workers, one file each at a time (module fixtures: a trained run, the SLURM
 	# cluster; loadgroup split the SLURM tests over both workers, two clusters racing for
 	# munged), files with long tests first, in the order tests/conftest.py gives them;
@@ -42,14 +51,14 @@ test: $(STAMP) osmesa
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder $(ARGS)
 
 # the inner loop: everything but the slow, SLURM and torchrun tests
-test-fast: $(STAMP) osmesa
+test-fast: $(DEV_STAMP) osmesa
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow and not slurm and not distributed" $(ARGS)
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check dreamer tests benchmarks
 	$(VENV)/bin/ruff format --check dreamer tests benchmarks
 
-bench-learning: $(STAMP)
+bench-learning: $(DEV_STAMP)
 	$(PY) benchmarks/learning.py $(or $(ARGS),cartpole)
 
 # .venv-peers/{official,sheeprl} for side-by-side benchmarks: make peers OFFICIAL_SRC=<dreamerv3 checkout>
@@ -58,7 +67,7 @@ peers:
 
 # cp312 wheels the offline GPU machine installs (benchmarks/gpu_check.sh): the versions
 # this venv resolves, less what that machine's image holds (torch 2.11, numpy, ...)
-gpu-wheels: $(STAMP)
+gpu-wheels: $(DEV_STAMP)
 	$(PY) benchmarks/gpu_wheels.py build
 
 gpu-check-dry: gpu-wheels
