@@ -6,7 +6,8 @@
 Rebuilds the agent from the run's ``config.yaml``, loads the latest (or the named)
 checkpoint, plays ``eval.episodes`` episodes with the mode policy on the same eval path
 as training's periodic evaluation, and writes the reports to
-``<run.logdir>/eval/<env step>/``.
+``<run.logdir>/evaluate/<env step>/``, beside (not over) the training run's own in
+``<run.logdir>/eval/``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dreamer.data.replay import SequenceReplay, action_heads
 from dreamer.envs.make import describe_env, env_config
 from dreamer.errors import ConfigError
 from dreamer.evaluation.render import RenderPool, pool_size
-from dreamer.evaluation.reports import submit_reports
+from dreamer.evaluation.reports import report_folder, submit_reports
 from dreamer.evaluation.runner import EvalResult, EvalRunner
 from dreamer.runtime import checkpoint
 
@@ -30,6 +31,7 @@ USAGE = (
     "usage: python -m dreamer.evaluate run.logdir=<dir> [eval.episodes=N] "
     "[eval.checkpoint=FILE] [eval.envs=N] [eval.max_steps=N] [eval.render_workers=N]"
 )
+REPORTS = "evaluate"  # <run.logdir>/evaluate/<step>/: beside training's eval/<step>/
 OVERRIDABLE = (
     "run.logdir",
     "eval.episodes",
@@ -42,7 +44,7 @@ OVERRIDABLE = (
 
 def evaluate(logdir: Path, reports: bool = False, **eval_overrides) -> EvalResult:
     """Greedy episodes of the run's checkpoint (``eval.*`` overrides as keywords, e.g.
-    ``episodes=2``); with ``reports``, also writes ``<logdir>/eval/<step>/``."""
+    ``episodes=2``); with ``reports``, also writes ``<logdir>/evaluate/<step>/``."""
     found = checkpoint.find(logdir, eval_overrides.get("checkpoint"))
     state = checkpoint.load(found)
     cfg = saved(logdir / "config.yaml")
@@ -66,7 +68,7 @@ def evaluate(logdir: Path, reports: bool = False, **eval_overrides) -> EvalResul
         )
         replay.load_state_dict(state["replay"])
         pool = RenderPool(pool_size(cfg.eval.render_workers))
-        submit_reports(pool, logdir, result, cfg, agent, replay, runner.image)
+        submit_reports(pool, logdir, result, cfg, agent, replay, runner.image, REPORTS)
         pool.close()
         if pool.failures:
             raise RuntimeError(f"reports not written: {pool.failures[0]}")
@@ -86,11 +88,13 @@ def main(argv: list[str]) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     metrics = result.metrics()
+    episodes = metrics["eval/episodes"]
     print(
         f"eval return at env step {result.step}: mean {metrics['eval/return']:.2f} "
-        f"over {metrics['eval/episodes']} episodes"
+        f"over {episodes} episode{'s' if episodes != 1 else ''}"
     )
-    print(" ".join(f"{value:.1f}" for value in result.returns))
+    print("returns per episode:", " ".join(f"{value:.1f}" for value in result.returns))
+    print(f"reports: {report_folder(logdir, result.step, REPORTS)}")
     return 0
 
 

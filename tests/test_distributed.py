@@ -108,7 +108,7 @@ def test_torchrun_smoke_run_writes_one_metrics_file_and_one_checkpoint(tmp_path)
         timeout=300,
     )
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
-    assert (logdir / "eval" / f"{steps[-1]:012d}" / "open_loop.png").exists()
+    assert (logdir / "evaluate" / f"{steps[-1]:012d}" / "open_loop.png").exists()
 
 
 @pytest.mark.distributed

@@ -99,3 +99,15 @@ def test_a_failing_render_is_reported_and_others_still_draw(tmp_path, workers):
     pool.close()
     assert len(pool.failures) == 1 and "bad.png" in pool.failures[0]
     assert (tmp_path / "good.png").exists() and not (tmp_path / "bad.png").exists()
+
+
+def test_rate_bars_span_0_to_100_even_when_nothing_is_achieved(monkeypatch, tmp_path):
+    from dreamer.evaluation import render
+
+    limits = []
+    monkeypatch.setattr(
+        render, "_save", lambda figure, path, **_: limits.append(figure.axes[0].get_xlim())
+    )
+    render.bars(tmp_path / "a.png", ["collect_wood", "place_table"], [0.0, 0.0], "rates")
+    render.bars(tmp_path / "b.png", ["collect_wood", "place_table"], [12.5, 0.0], "rates")
+    assert limits == [(0.0, 100.0), (0.0, 100.0)]

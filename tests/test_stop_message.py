@@ -47,6 +47,7 @@ def assert_quiet(text: str) -> None:
     noise = [line for line in text.splitlines() if "Traceback" in line or " ERROR " in line]
     noise += [line for line in text.splitlines() if " WARNING " in line]
     assert noise == [], text[-4000:]
+    assert "\x1b[" not in text  # no terminal colour codes in a log file
 
 
 @pytest.mark.slow

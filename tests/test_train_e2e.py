@@ -197,10 +197,15 @@ def test_evaluate_writes_reports_for_the_latest_checkpoint(smoke_run, tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     step = checkpoint.load(checkpoint.latest(logdir))["steps"]["env_steps"]
-    written = {path.name for path in (logdir / "eval" / f"{step:012d}").iterdir()}
+    folder = logdir / "evaluate" / f"{step:012d}"  # beside training's eval/, not over it
+    written = {path.name for path in folder.iterdir()}
     assert written == {"episode.mp4", "open_loop.png", "returns.png", "achievements.png"}
-    returns = result.stdout.splitlines()[-1].split()
-    assert f"at env step {step}: mean" in result.stdout and len(returns) == 3
+    assert not (logdir / "eval").exists()
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"eval return at env step {step}: mean ")
+    assert lines[0].endswith(" over 3 episodes")
+    assert lines[1].startswith("returns per episode: ") and len(lines[1].split()) == 3 + 3
+    assert lines[2] == f"reports: {folder}"
 
 
 def test_evaluate_without_a_checkpoint_exits_2(tmp_path):

@@ -96,6 +96,7 @@ def bars(path: Path, names: list[str], values: list[float], title: str) -> None:
     axis.barh(range(len(names)), values)
     axis.set_yticks(range(len(names)), names)
     axis.invert_yaxis()
+    axis.set_xlim(0, 100)  # rates: nothing achieved yet reads 0 of 100, not -0.04..0.04
     axis.set_xlabel("%")
     axis.set_title(title)
     figure.tight_layout()

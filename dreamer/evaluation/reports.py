@@ -77,12 +77,14 @@ def learning_curves(metrics: Path) -> dict[str, tuple[list[float], list[float]]]
     return series
 
 
-def submit_reports(pool, logdir: Path, result, cfg, agent: Agent, replay, image: str | None):
+def submit_reports(
+    pool, logdir: Path, result, cfg, agent: Agent, replay, image: str | None, under: str = "eval"
+):
     """Queue one evaluation's reports on the render pool, under
-    ``<logdir>/eval/<step>/``: the first episode's video, the open-loop predictions on a
-    replayed window, the learning curves so far and, for Crafter, the achievement
-    success rates."""
-    folder = logdir / "eval" / f"{result.step:012d}"
+    ``<logdir>/<under>/<step>/`` (``eval``: training's own; ``dreamer.evaluate`` writes
+    beside them): the first episode's video, the open-loop predictions on a replayed
+    window, the learning curves so far and, for Crafter, the achievement success rates."""
+    folder = report_folder(logdir, result.step, under)
     open_loop_frames = replay_open_loop(agent, replay, image, cfg.replay.length)
     curves = learning_curves(logdir / "metrics.jsonl")
     if result.frames is not None:
@@ -103,3 +105,7 @@ def submit_reports(pool, logdir: Path, result, cfg, agent: Agent, replay, image:
             values=list(result.achievements.values()),
             title=f"Crafter score {score:.1f}%",
         )
+
+
+def report_folder(logdir: Path, step: int, under: str = "eval") -> Path:
+    return logdir / under / f"{step:012d}"

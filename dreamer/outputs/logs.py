@@ -31,7 +31,12 @@ def setup_logging(rank: int = 0) -> None:
     )
     logging.getLogger("dreamer").setLevel(logging.INFO if rank == 0 else logging.WARNING)
     # torchrl logs its transport choice at INFO; keep it, silence the rest of its chatter.
-    logging.getLogger("torchrl").setLevel(logging.INFO)
+    # Its own handler colours lines with ANSI codes (into log files too): ours instead.
+    torchrl = logging.getLogger("torchrl")
+    torchrl.setLevel(logging.INFO)
+    for handler in list(torchrl.handlers):
+        torchrl.removeHandler(handler)
+    torchrl.propagate = True
 
 
 class OutputError(OSError):
