@@ -77,6 +77,8 @@ class RunConfig:
     # runs/<env.name>/ (a checkpoint short of run.steps) instead of starting a new one
     resume: str = _f("never", choices=("never", "latest"))
     log_every: int = _f(1000, ">= 1")  # env steps between metrics lines
+    # wall seconds a metrics line waits at most (with new env steps), whatever log_every
+    log_seconds: float = _f(300.0, "> 0")
     save_every: float = _f(900.0, "> 0")  # seconds between checkpoints
     keep: int = _f(3, ">= 1")  # checkpoints kept
     # checkpoint writes that fail in a row (a full disk, a quota) before the run stops
@@ -603,6 +605,7 @@ RESUMABLE_KEYS = (
     "run.logdir",
     "run.resume",
     "run.log_every",
+    "run.log_seconds",
     "run.save_every",
     "run.keep",
     "run.save_failures",

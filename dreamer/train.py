@@ -130,6 +130,7 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
     extras = {"config": OmegaConf.to_container(cfg), "spaces": spaces_to_dict(parts.spaces)}
     save = checkpoint.Saver(logdir, parts.registry, extras, cfg.run.keep, cfg.run.save_failures)
     should_log = Clock.aligned(cfg.run.log_every, start)
+    last_row = (start, time.monotonic())  # env step and time of the last metrics row
     should_save = Clock(cfg.run.save_every, time.monotonic())
     should_push = Clock.aligned(cfg.collector.sync_every, learner.updates)
     losses, rates, timers = (
@@ -182,7 +183,13 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
                     with timers.phase("eval"):
                         evaluation(env_steps, agent.policy)
                 with timers.phase("log"):
-                    if world.main and (should_log(env_steps) or env_steps >= cfg.run.steps):
+                    overdue = time.monotonic() - last_row[1] >= cfg.run.log_seconds
+                    if world.main and (
+                        should_log(env_steps)
+                        or env_steps >= cfg.run.steps
+                        or (overdue and env_steps > last_row[0])
+                    ):
+                        last_row = (env_steps, time.monotonic())
                         row = {
                             "env_steps": env_steps,
                             "updates": learner.updates,

@@ -110,3 +110,24 @@ def test_resume_latest_continues_the_newest_unfinished_run_without_its_path(tmp_
     assert nothing.returncode == 2
     assert nothing.stderr.startswith("error: run.resume=latest: no run under runs/cue/")
     assert nothing.stderr.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_a_metrics_row_comes_at_least_every_log_seconds(tmp_path):
+    """``run.log_every`` far beyond the run: rows still come every ``run.log_seconds``
+    of wall time (a CPU run's first row was ~78 minutes away), at new env steps only."""
+    logdir = tmp_path / "run"
+    trainer = Trainer(
+        logdir,
+        *QUICK,
+        "run.log_every=100000000",
+        "run.log_seconds=2",
+        UNTIL_STOPPED,
+        log=tmp_path / "run.log",
+    )
+    rows = trainer.wait_rows(4)  # log_every alone would write none before the stop
+    assert trainer.stop() == signals.REQUEUE_EXIT, trainer.tail()
+    steps = [row["env_steps"] for row in rows]
+    assert steps == sorted(set(steps))
+    # between rows: the floor, plus at most the update burst or wait it fell into
+    assert all(row["time/wall_s"] < 2 + 30 for row in rows[1:]), rows
