@@ -120,6 +120,7 @@ def test_nan_update_is_skipped_counted_and_leaves_the_learner_untouched():
     after = [*learner.loss.parameters(), *learner.loss.buffers()]
     changed = [i for i, (old, new) in enumerate(zip(state, after)) if not torch.equal(old, new)]
     # only the slow critic's soft target update may move; no parameter and no statistic
+    # (a NaN batch is refused before the loss; one whose NaN arises inside: below)
     assert all(torch.isfinite(t).all() for t in after)
     assert not [i for i in changed if i < len(list(learner.loss.parameters()))]
     learner.update(batch.clone())
@@ -135,14 +136,20 @@ def test_nan_arising_inside_the_update_is_skipped_not_raised(rollout):
     spaces, batch = real_batch(cfg, cfg.replay.batch, cfg.replay.length)
     agent = build_agent(cfg.model, cfg.learner, spaces)
     learner = Learner(agent, cfg.learner, torch.device("cpu"))
+    for _ in range(3):  # the return statistics move off their initial zeros
+        learner.update(batch.clone())
     weight = next(p for p in agent.world_model.parameters() if p.dim() > 1)  # the encoder's
     with torch.no_grad():
         weight[0, 0] = float("inf")
     actor = [p.detach().clone() for p in agent.actor.parameters()]
+    statistics = [t.detach().clone() for t in learner._statistics]
+    assert any(t.abs().sum() > 0 for t in statistics[:2])  # low, high: moved
     metrics = learner.update(batch.clone())
     assert not torch.isfinite(metrics["loss_model_dynamic"])  # computed, not raised
     assert learner.optimizer.skipped == 1
     assert all(torch.equal(p, q) for p, q in zip(agent.actor.parameters(), actor))
+    # the update moved them with NaN returns; the skip put them back
+    assert all(map(torch.equal, statistics, learner._statistics)), learner._statistics
 
 
 def test_persistent_nan_stops_after_max_skips():

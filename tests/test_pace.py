@@ -209,12 +209,21 @@ def test_pace_stop_continues_only_what_it_stopped(tmp_path):
 )
 def test_the_trainer_sets_the_openmp_spin_before_torch_loads(environment, expected):
     """Importing the trainer sets libgomp's spin before torch is imported (libgomp reads
-    it when it loads), unless the user set either variable."""
-    probe = (
-        "import json, os, sys; import dreamer.runtime.openmp; "
-        "assert 'torch' not in sys.modules; import dreamer.train; "
-        "print(json.dumps({k: os.environ.get(k) for k in ('OMP_WAIT_POLICY', 'GOMP_SPINCOUNT')}))"
-    )
+    it when it loads), unless the user set either variable: the probe records the
+    variables at the moment torch's import starts, through an import hook."""
+    probe = """
+import importlib.abc, json, os, sys
+KEYS = ('OMP_WAIT_POLICY', 'GOMP_SPINCOUNT')
+seen = {}
+class WhenTorchLoads(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == 'torch' and not seen:
+            seen.update({k: os.environ.get(k) for k in KEYS})
+        return None
+sys.meta_path.insert(0, WhenTorchLoads())
+import dreamer.train
+print(json.dumps(seen))
+"""
     clean = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     done = subprocess.run(
         [sys.executable, "-c", probe],
