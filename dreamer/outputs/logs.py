@@ -33,7 +33,7 @@ def setup_logging(rank: int = 0) -> None:
     # torchrl logs its transport choice at INFO; keep it, silence the rest of its chatter.
     # Its own handler colours lines with ANSI codes (into log files too): ours instead.
     torchrl = logging.getLogger("torchrl")
-    torchrl.setLevel(logging.INFO)
+    torchrl.setLevel(logging.INFO if rank == 0 else logging.WARNING)
     for handler in list(torchrl.handlers):
         torchrl.removeHandler(handler)
     torchrl.propagate = True
