@@ -80,7 +80,9 @@ class Trainer:
     """The trainer in the background, stdout and stderr in one log file.
 
     ``session``: in a session (and process group) of its own; ``ignore_usr1``: USR1
-    ignored, as slurm/node.sh starts it; ``env``: extra environment variables."""
+    ignored, as slurm/node.sh starts it; ``interruptible``: SIGINT as a terminal's
+    foreground job gets it (a suite started in the background ignores it, and so would
+    the trainer); ``env``: extra environment variables."""
 
     def __init__(
         self,
@@ -89,8 +91,15 @@ class Trainer:
         log: Path,
         session: bool = False,
         ignore_usr1: bool = False,
+        interruptible: bool = False,
         env: dict[str, str] | None = None,
     ):
+        def prepare() -> None:
+            if ignore_usr1:
+                signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+            if interruptible:
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+
         self.logdir, self.log = logdir, log
         with log.open("w") as output:
             self.process = subprocess.Popen(
@@ -100,9 +109,7 @@ class Trainer:
                 stderr=subprocess.STDOUT,
                 start_new_session=session,
                 env={**os.environ, **env} if env else None,
-                preexec_fn=(lambda: signal.signal(signal.SIGUSR1, signal.SIG_IGN))
-                if ignore_usr1
-                else None,
+                preexec_fn=prepare if ignore_usr1 or interruptible else None,
             )
 
     @property

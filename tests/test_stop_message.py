@@ -64,6 +64,7 @@ def test_ctrl_c_to_the_whole_terminal_group_is_one_clean_stop(tmp_path):
         "eval.max_steps=50",
         log=tmp_path / "run.log",
         session=True,  # its own process group, as a terminal's foreground job
+        interruptible=True,
     )
     trainer.wait_rows(2)
     os.killpg(trainer.pid, signal.SIGINT)
