@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None, build=build_parts, cfg=None) -> int:
         cfg = from_argv(argv)
     world = World.from_environment()
     setup_logging(world.rank)
+    signals.quiet_handshake_resets()
     created: list[Path] = []  # the run directory and the parents made for it
     try:
         device = world.device(cfg.learner.device)

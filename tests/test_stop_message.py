@@ -132,3 +132,26 @@ def test_a_metrics_row_comes_at_least_every_log_seconds(tmp_path):
     assert steps == sorted(set(steps))
     # between rows: the floor, plus at most the update burst or wait it fell into
     assert all(row["time/wall_s"] < 2 + 30 for row in rows[1:]), rows
+
+
+def test_a_reset_handshake_of_the_resource_sharer_prints_nothing(monkeypatch, capsys):
+    """What a Ctrl-C once printed from the driver: multiprocessing's resource sharer
+    thread losing a child mid-handshake. Other exceptions still reach the old hook."""
+    from dreamer.runtime import signals as run_signals
+
+    monkeypatch.setattr(sys, "excepthook", sys.__excepthook__)
+    run_signals.quiet_handshake_resets()
+    run_signals.quiet_handshake_resets()  # a second main() in one process: one hook
+    assert sys.excepthook.quiet_handshakes
+    for code, path in (
+        ("raise ConnectionResetError(104, 'Connection reset by peer')", "resource_sharer.py"),
+        ("raise ConnectionResetError(104, 'elsewhere')", "mine.py"),
+        ("raise ValueError('not a handshake')", "resource_sharer.py"),
+    ):
+        try:
+            exec(compile(code, f"/usr/lib/python3/multiprocessing/{path}", "exec"))
+        except Exception:
+            sys.excepthook(*sys.exc_info())
+    printed = capsys.readouterr().err
+    assert "Connection reset by peer" not in printed
+    assert "elsewhere" in printed and "not a handshake" in printed

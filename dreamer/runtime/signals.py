@@ -6,8 +6,11 @@ children got."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
+import sys
+import traceback
 
 REQUEUE_EXIT = 75  # EX_TEMPFAIL: checkpointed after SIGTERM/SIGUSR1/SIGUSR2; rerun to resume
 INTERRUPT_EXIT = 130  # checkpointed after Ctrl-C
@@ -86,3 +89,26 @@ def die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() == 1:  # the parent was gone before the call
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def quiet_handshake_resets() -> None:
+    """multiprocessing's resource sharer (a thread of this process that hands file
+    descriptors to starting children) prints a traceback through ``sys.excepthook`` when
+    a child goes while it connects: at a stop the run ends its children, one of which
+    may be starting (seen once after a Ctrl-C). Such a reset is a debug line, not a
+    traceback; every other exception reaches the hook it had."""
+    previous = sys.excepthook
+    if getattr(previous, "quiet_handshakes", False):  # installed by an earlier main()
+        return
+
+    def hook(kind, value, tb) -> None:
+        frames = traceback.extract_tb(tb) if tb is not None else []
+        if issubclass(kind, (ConnectionError, EOFError)) and any(
+            frame.filename.endswith("resource_sharer.py") for frame in frames
+        ):
+            logging.getLogger("dreamer").debug("a child went during a handshake: %s", value)
+            return
+        previous(kind, value, tb)
+
+    hook.quiet_handshakes = True
+    sys.excepthook = hook
