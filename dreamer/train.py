@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None, build=build_parts, cfg=None) -> int:
         with process_group(world, device, cfg.learner.dist_timeout):
             logdir = Path(world.broadcast_object(cfg.run.logdir))  # rank 0's default timestamp
             if world.main:
-                created = make_run_dir(logdir)
+                created = [p for p in (logdir, *logdir.parents) if not p.exists()]
+                make_run_dir(logdir)
             with RunLock(logdir) if world.main else contextlib.nullcontext():
                 state = prepare_run_dir(cfg, logdir) if world.main else None
                 world.barrier()  # rank 0 has checked the run directory and saved the config

@@ -18,7 +18,7 @@ import signal
 import time
 from pathlib import Path
 
-from tests.runs import alive, descendants
+from tests.runs import alive, command_line, descendants, parent
 
 SESSION_MARK = "DREAMER_TEST_SESSION"
 TEST_MARK = "DREAMER_TEST"
@@ -51,20 +51,6 @@ def environment(pid: int) -> dict[str, str]:
         return {}
     pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
     return {key.decode(errors="replace"): value.decode(errors="replace") for key, value in pairs}
-
-
-def command_line(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-    except OSError:
-        return "?"
-
-
-def parent(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except OSError:
-        return 0
 
 
 def marked(name: str, value: str) -> set[int]:

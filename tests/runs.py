@@ -57,6 +57,19 @@ def run_trainer(
     )
 
 
+def run_module(
+    module: str, *arguments: str, cwd: Path = ROOT, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """``python -m module arguments`` in ``cwd``, to its end; its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *arguments],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def wait_until(
     condition: Callable[[], object],
     what: str,
@@ -202,6 +215,21 @@ def descendants(pid: int) -> set[int]:
             queue += children - found
             found |= children
     return found
+
+
+def parent(pid: int) -> int:
+    """Its parent's pid (0 once it is gone)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return 0
+
+
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return "?"
 
 
 def alive(pid: int) -> bool:

@@ -1,7 +1,6 @@
 """Data-parallel training on the CPU: real torchrun, real gloo process groups."""
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -14,7 +13,7 @@ from omegaconf import OmegaConf
 
 from dreamer.config import load
 from dreamer.runtime import checkpoint
-from tests.runs import read_metrics
+from tests.runs import read_metrics, run_module
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -98,14 +97,12 @@ def test_torchrun_smoke_run_writes_one_metrics_file_and_one_checkpoint(tmp_path)
     assert len(evals) == len(list((logdir / "eval").iterdir())) >= 1
     assert "INFO [rank 1]" not in result.stderr  # other ranks log warnings only
     # standalone evaluation with reports rebuilds rank 0's replay shard from the checkpoint
-    shutil.rmtree(logdir / "eval")
-    evaluated = subprocess.run(
-        [sys.executable, "-m", "dreamer.evaluate", f"run.logdir={logdir}", "eval.episodes=1"]
-        + ["eval.max_steps=20", "eval.render_workers=0"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    evaluated = run_module(
+        "dreamer.evaluate",
+        f"run.logdir={logdir}",
+        "eval.episodes=1",
+        "eval.max_steps=20",
+        "eval.render_workers=0",
     )
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert (logdir / "evaluate" / f"{steps[-1]:012d}" / "open_loop.png").exists()

@@ -15,21 +15,22 @@ import torch
 
 from dreamer.data import collect
 from dreamer.learning.learner import learner_threads
-from tests.runs import QUICK, UNTIL_STOPPED, Trainer, all_gone, descendants, read_metrics
+from tests.runs import (
+    QUICK,
+    UNTIL_STOPPED,
+    Trainer,
+    all_gone,
+    command_line,
+    descendants,
+    parent,
+    read_metrics,
+)
 
 
 def niceness(pid: int) -> int:
     """Field 19 of /proc/<pid>/stat (after the parenthesised command name)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return int(fields[16])
-
-
-def parent(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-
-
-def command_line(pid: int) -> str:
-    return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
 
 
 @pytest.mark.parametrize(

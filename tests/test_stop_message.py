@@ -5,13 +5,12 @@ resumes it. Stopping prints no traceback, ERROR or WARNING from any of its proce
 import os
 import shlex
 import signal
-import subprocess
 import sys
 
 import pytest
 
 from dreamer.runtime import signals
-from tests.runs import QUICK, UNTIL_STOPPED, Trainer, read_metrics, run_trainer
+from tests.runs import QUICK, UNTIL_STOPPED, Trainer, read_metrics, run_module, run_trainer
 
 
 @pytest.mark.slow
@@ -89,25 +88,22 @@ def test_resume_latest_continues_the_newest_unfinished_run_without_its_path(tmp_
     finished = runs / "20260102-000000" / "checkpoints"
     finished.mkdir(parents=True)
     (finished / "checkpoint-999999999999.pt").write_bytes(b"")  # its name says: done
-    done = subprocess.run(
-        [sys.executable, "-m", "dreamer.train", *QUICK, f"run.steps={at + 200}"]
-        + ["run.resume=latest", "run.progress=false"],
+    done = run_module(
+        "dreamer.train",
+        *QUICK,
+        f"run.steps={at + 200}",
+        "run.resume=latest",
+        "run.progress=false",
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "resuming from" in done.stderr
     assert read_metrics(stopped)[-1]["env_steps"] == at + 200
     assert sorted(p.name for p in runs.iterdir()) == ["20260101-000000", "20260102-000000"]
-    nothing = subprocess.run(
-        [sys.executable, "-m", "dreamer.train", "env=cue", "run.resume=latest"],
-        cwd=tmp_path / "runs",  # no runs/cue below it
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    nothing = run_module(
+        "dreamer.train", "env=cue", "run.resume=latest", cwd=tmp_path / "runs"
+    )  # no runs/cue below it
     assert nothing.returncode == 2
     assert nothing.stderr.startswith("error: run.resume=latest: no run under runs/cue/")
     assert nothing.stderr.count("\n") == 1

@@ -63,8 +63,7 @@ class DreamerLoss(DreamerV3Loss):
         result = super()._apply(fn)
         for module in off_tree_modules(self):
             for name, buffer in module.named_buffers(recurse=False):
-                if buffer is not None:
-                    module._buffers[name] = fn(buffer)
+                module._buffers[name] = fn(buffer)
         env = self.actor_loss.model_based_env
         reference = next(self.parameters())
         if env.device != reference.device:

@@ -3,7 +3,6 @@ what a crash left behind cleaned up, and the latest checkpoint's state."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
@@ -19,21 +18,17 @@ from dreamer.runtime import checkpoint, signals
 log = logging.getLogger("dreamer")
 
 
-def make_run_dir(logdir: Path) -> list[Path]:
+def make_run_dir(logdir: Path) -> None:
     """``run.logdir`` created if missing and checked writable (a file is written there
-    and removed); returns the folders it created, the run directory first. Refused in
-    one line (``ConfigError``) when it is a file, lies under one, or cannot be created
-    or written (read-only, immutable, no permission, /proc)."""
-    created = [p for p in (logdir, *logdir.parents) if not p.exists()]
+    and removed). Refused in one line (``ConfigError``) when it is a file, lies under
+    one, or cannot be created or written (read-only, immutable, no permission, /proc);
+    the caller removes the folders it made (``dreamer.train.main``, as for any refusal)."""
     probe = logdir / f".write-check-{os.getpid()}"
     try:
         logdir.mkdir(parents=True, exist_ok=True)
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as error:
-        for folder in created:  # leave nothing of a refused run directory
-            with contextlib.suppress(OSError):
-                folder.rmdir()
         blocker = next((p for p in (logdir, *logdir.parents) if p.exists()), logdir)
         if error.errno in (errno.EEXIST, errno.ENOTDIR) and blocker.is_file():
             why = f"{blocker} is a file, not a folder"
@@ -44,7 +39,6 @@ def make_run_dir(logdir: Path) -> list[Path]:
         raise ConfigError(
             f"run.logdir: cannot use {logdir}: {why}; give a writable folder"
         ) from None
-    return created
 
 
 def prepare_run_dir(cfg, logdir: Path) -> dict | None:
