@@ -30,8 +30,9 @@ sys.path.insert(0, str(ROOT))
 
 from dreamer.agent.build import build_agent  # noqa: E402
 from dreamer.config import load  # noqa: E402
+from dreamer.data.replay import random_batch  # noqa: E402
 from dreamer.learning.fused import FusedDreamerV3Loss  # noqa: E402
-from tests.batches import MULTI_KEY, real_batch, synthetic_batch  # noqa: E402
+from tests.batches import MULTI_KEY, real_batch  # noqa: E402
 from tests.compare import RTOL, losses_and_gradients  # noqa: E402
 
 AGENTS = {
@@ -70,7 +71,7 @@ def compare(kind: str, mode: str, device: torch.device) -> dict:
     overrides = AGENTS[kind]
     cfg = load(["experiment=smoke", "learner.device=cpu", *(overrides or [])])
     if overrides is None:
-        spaces, batch = MULTI_KEY, synthetic_batch(MULTI_KEY, cfg.replay.batch, cfg.replay.length)
+        spaces, batch = MULTI_KEY, random_batch(MULTI_KEY, cfg.replay.batch, cfg.replay.length)
     else:
         spaces, batch = real_batch(cfg, cfg.replay.batch, cfg.replay.length)
     torch.manual_seed(0)

@@ -55,9 +55,10 @@ from matmul_roof import roof  # noqa: E402
 from dreamer.agent.build import build_agent  # noqa: E402
 from dreamer.agent.spaces import EnvSpaces, ObsKey  # noqa: E402
 from dreamer.config import load  # noqa: E402
+from dreamer.data.replay import random_batch  # noqa: E402
 from dreamer.learning.learner import Learner  # noqa: E402
 from dreamer.runtime.dist import World  # noqa: E402
-from tests.batches import real_batch, synthetic_batch  # noqa: E402
+from tests.batches import real_batch  # noqa: E402
 
 
 class TorchrlStepper:
@@ -181,7 +182,7 @@ def main() -> int:
         spaces, batch = real_batch(cfg, args.batch, args.length)
     else:
         spaces = vector_spaces()
-        batch = synthetic_batch(spaces, args.batch, args.length)
+        batch = random_batch(spaces, args.batch, args.length)
 
     def agent(learner_cfg=cfg.learner):
         """Fresh weights (seed 0); ``learner_cfg`` matters: its loss settings are built in."""

@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from dreamer.agent.spaces import spaces_to_dict
 from dreamer.config import from_argv
 from dreamer.data.collect import CollectorError, pace_mode, path_note
+from dreamer.data.replay import random_batch
 from dreamer.errors import ConfigError
 from dreamer.evaluation.periodic import PeriodicEvaluation
 from dreamer.learning.learner import NonFiniteError, learner_threads
@@ -122,6 +123,21 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
     if world.main and (note := path_note(bool(parts.spaces.image_keys))):
         log.info(note)  # a note on speed, not a problem with this run
     writer = MetricsWriter.from_config(cfg, logdir) if world.main else None
+    log.info(
+        "training %s on %s (learner: %d torch threads of %d usable cores, OpenMP %s; "
+        "collection pace while it updates: %s), logging to %s",
+        cfg.model.name,
+        cfg.env.name,
+        torch.get_num_threads(),
+        usable_cores(),
+        " ".join(f"{k}={v}" for k, v in OPENMP.items()) or "as the environment sets it",
+        pace,
+        logdir,
+    )
+    speed_note = CpuSpeedNote(cfg, world.main and device.type == "cpu", start)
+    if speed_note.enabled and not world.distributed:  # ranks would wait for each other
+        batch = random_batch(parts.spaces, cfg.replay.batch, cfg.replay.length)
+        speed_note.start(learner.timed_update(batch), "an update timed before collection")
     collector.start()
     evaluation = None
     if world.main and 0 < cfg.eval.every <= cfg.run.steps:  # an evaluation is due
@@ -140,20 +156,13 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
         Rates(start, learner.updates),
         LoopTimers(learner.updates),
     )
-    speed_note = CpuSpeedNote(cfg, enabled=world.main and device.type == "cpu")
     progress = Progress(
-        cfg.run.steps, start, enabled=cfg.run.progress and world.main, updates=learner.updates
-    )
-    log.info(
-        "training %s on %s (learner: %d torch threads of %d usable cores, OpenMP %s; "
-        "collection pace while it updates: %s), logging to %s",
-        cfg.model.name,
-        cfg.env.name,
-        torch.get_num_threads(),
-        usable_cores(),
-        " ".join(f"{k}={v}" for k, v in OPENMP.items()) or "as the environment sets it",
-        pace,
-        logdir,
+        cfg.run.steps,
+        start,
+        enabled=cfg.run.progress and world.main,
+        updates=learner.updates,
+        total_updates=learner.updates + speed_note.updates(),
+        seconds_per_update=speed_note.started,
     )
     alone = not world.distributed  # acts on its own stop signal at once; ranks at the lockstep
     finished = False  # reached run.steps: a pending evaluation is waited for

@@ -12,15 +12,16 @@ import torch
 
 from dreamer.agent.build import build_agent
 from dreamer.config import load
+from dreamer.data.replay import random_batch
 from dreamer.learning.learner import Learner
-from tests.batches import MULTI_KEY, synthetic_batch
+from tests.batches import MULTI_KEY
 
 BASE = ["experiment=smoke"]
 
 
 def one_update(overrides: list[str]) -> dict:
     cfg = load([*BASE, *overrides])
-    batch = synthetic_batch(MULTI_KEY, cfg.replay.batch, cfg.replay.length)
+    batch = random_batch(MULTI_KEY, cfg.replay.batch, cfg.replay.length)
     torch.manual_seed(0)
     agent = build_agent(cfg.model, cfg.learner, MULTI_KEY)
     learner = Learner(agent, cfg.learner, torch.device("cpu"))

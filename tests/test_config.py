@@ -354,15 +354,17 @@ def test_the_cpu_speed_note_counts_train_starts_and_names_a_run_that_fits():
     from dreamer.runtime.timing import CpuSpeedNote
 
     smoke, long = load(["experiment=smoke"]), load(["experiment=dmc_proprio"])
-    short = CpuSpeedNote(smoke, True).note(0.05)
+    short = CpuSpeedNote(smoke, True).note(0.05, "timed")
     assert "make smoke" not in short and "experiment=dmc_proprio_cpu" not in short
     run, replay = smoke.run, smoke.replay
     updates = (run.steps - run.train_starts) * run.train_ratio / (replay.batch * replay.length)
-    assert f"~{updates:,.0f} updates" in short  # none before train_starts
+    assert f"~{updates:,.0f} more updates" in short  # none before train_starts
     assert f"= ~{updates * 0.05:.0f} s of learner time" in short  # not "~0.0 h"
-    assert "= ~12 min of" in CpuSpeedNote(smoke, True).note(720 / updates)
-    note = CpuSpeedNote(long, True).note(0.5)
+    assert "= ~12 min of" in CpuSpeedNote(smoke, True).note(720 / updates, "timed")
+    resumed = CpuSpeedNote(smoke, True, env_steps=run.steps - 100).updates()
+    assert resumed == 100 * run.train_ratio / (replay.batch * replay.length)
+    note = CpuSpeedNote(long, True).note(0.5, "timed")
     assert "make smoke" in note and "make train ARGS=experiment=dmc_proprio_cpu" in note
     run, replay = long.run, long.replay
     updates = (run.steps - run.train_starts) * run.train_ratio / (replay.batch * replay.length)
-    assert f"~{updates:,.0f} updates = ~{updates * 0.5 / 3600:,.1f} h" in note
+    assert f"~{updates:,.0f} more updates = ~{updates * 0.5 / 3600:,.1f} h" in note

@@ -8,8 +8,9 @@ import torch
 
 from dreamer.agent.build import build_agent
 from dreamer.config import load
+from dreamer.data.replay import random_batch
 from dreamer.learning.learner import Learner
-from tests.batches import real_batch, synthetic_batch
+from tests.batches import real_batch
 from tests.device_step import HostTouched, captured_step, meta_moves
 from tests.test_fused import AGENTS
 
@@ -24,7 +25,7 @@ def learner_and_batch(kind: str, rollout: str, device: torch.device):
     if spaces is None:
         spaces, batch = real_batch(cfg, 2, length)
     else:
-        batch = synthetic_batch(spaces, 2, length)
+        batch = random_batch(spaces, 2, length)
     torch.manual_seed(0)
     learner = Learner(build_agent(cfg.model, cfg.learner, spaces), cfg.learner, device)
     return learner, batch

@@ -6,9 +6,10 @@ import torch
 
 from dreamer.agent.build import build_agent
 from dreamer.config import load
+from dreamer.data.replay import random_batch
 from dreamer.learning.fused import FusedDreamerV3Loss
 from dreamer.learning.learner import Learner
-from tests.batches import MASKED, MULTI_KEY, real_batch, synthetic_batch
+from tests.batches import MASKED, MULTI_KEY, real_batch
 from tests.compare import RTOL, losses_and_gradients
 
 AGENTS = {
@@ -27,7 +28,7 @@ def test_fused_losses_and_gradients_equal_torchrls(kind):
     if spaces is None:
         spaces, batch = real_batch(cfg, cfg.replay.batch, cfg.replay.length)
     else:
-        batch = synthetic_batch(spaces, cfg.replay.batch, cfg.replay.length)
+        batch = random_batch(spaces, cfg.replay.batch, cfg.replay.length)
     torch.manual_seed(0)
     loss = build_agent(cfg.model, cfg.learner, spaces).loss
     fused = FusedDreamerV3Loss(loss)

@@ -8,6 +8,7 @@ from omegaconf import OmegaConf
 
 from dreamer.agent.build import build_agent
 from dreamer.config import load
+from dreamer.data.replay import random_batch
 from dreamer.envs.make import make_env
 from dreamer.learning.learner import Learner, NonFiniteError, learner_modes
 from tests.batches import real_batch
@@ -82,6 +83,37 @@ def test_state_dict_round_trip_gives_identical_next_update(setup):
     )
     for p, q in zip(learner.loss.parameters(), twin.loss.parameters()):
         assert torch.allclose(p, q, atol=1e-6)
+
+
+@pytest.mark.parametrize("before", [0, 3])
+def test_a_timed_update_leaves_no_trace_in_the_run(data, before):
+    """The start estimate's timed update (on random data) changes nothing a run goes on
+    with: the next updates equal a twin's that never timed one, bit for bit."""
+    cfg, spaces, batch = data
+    twins = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        agent = build_agent(cfg.model, cfg.learner, spaces)
+        twins.append(Learner(agent, cfg.learner, torch.device("cpu")))
+    timed, plain = twins
+    for learner in twins:
+        torch.manual_seed(3)
+        for _ in range(before):  # an optimizer with state, moved return statistics
+            learner.update(batch.clone())
+    torch.manual_seed(7)
+    random_state = torch.get_rng_state()
+    seconds = timed.timed_update(random_batch(spaces, cfg.replay.batch, cfg.replay.length))
+    assert seconds > 0
+    assert torch.equal(torch.get_rng_state(), random_state)
+    assert (timed.updates, timed.optimizer.skipped) == (before, 0)
+    for _ in range(2):
+        torch.manual_seed(5)
+        ours = timed.update(batch.clone())
+        torch.manual_seed(5)
+        theirs = plain.update(batch.clone())
+        assert {k: float(v) for k, v in ours.items()} == {k: float(v) for k, v in theirs.items()}
+    for (name, p), q in zip(timed.loss.state_dict().items(), plain.loss.state_dict().values()):
+        assert torch.equal(p, q), name
 
 
 def test_continuous_actions_update_and_act_within_bounds():

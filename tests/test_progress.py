@@ -3,9 +3,13 @@ upd_s=0.00 while updates ran), and shows every update it is told of."""
 
 import io
 import re
+import subprocess
 import time
 
+import pytest
+
 from dreamer.outputs import logs
+from tests.runs import trainer_command
 
 
 def test_a_resumed_runs_bar_rates_its_own_updates(monkeypatch):
@@ -24,3 +28,50 @@ def test_a_resumed_runs_bar_rates_its_own_updates(monkeypatch):
     assert len({u for u, _ in shown}) >= 5  # redrawn while no env step came
     assert all(rate > 0 for _, rate in shown[1:])
     assert shown[-1][1] < 10 / 0.1  # 10 updates in >= 0.1 s: its own, not 310
+
+
+def seconds(clock: str) -> int:
+    """tqdm's [H:]MM:SS as seconds."""
+    total = 0
+    for part in clock.split(":"):
+        total = 60 * total + int(part)
+    return total
+
+
+@pytest.mark.slow
+def test_the_eta_agrees_with_the_start_estimate_once_updates_run(tmp_path):
+    """A learner-bound run (cartpole, 8 updates per env step): the start note's estimate
+    comes before collection, and every redraw of the bar from the 10th update on gives
+    an ETA within 2x of that estimate for the updates left (before: tqdm's env-step rate
+    gave ETAs that swung 13x)."""
+    result = subprocess.run(
+        [
+            *trainer_command(tmp_path / "run", "experiment=smoke", "env=cartpole"),
+            "run.train_starts=200",
+            "run.steps=260",
+            "run.train_ratio=512",
+            "eval.every=0",
+            "run.progress=true",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    screen = result.stderr.replace("\r", "\n")
+    note = re.search(r"takes ([\d.]+) s on this CPU .* needs ~([\d,]+) more updates", screen)
+    assert note, screen[-3000:]
+    assert screen.index(note[0]) < screen.index("env worker pids")  # before collection
+    per_update, planned = float(note[1]), int(note[2].replace(",", ""))
+    shown = [
+        (int(updates), seconds(eta))
+        for eta, updates in re.findall(r"eta=([\d:]+), upd=(\d+)", screen)
+    ]
+    assert shown[0][0] == 0 and shown[-1][0] >= 100
+    judged = 0
+    for updates, eta in shown:
+        expected = (planned - updates) * per_update
+        if (updates == 0 or updates >= 10) and expected >= 5:  # the ETA has 1 s steps
+            assert expected / 2 <= eta <= 2 * expected, (updates, eta, expected)
+            judged += 1
+    assert judged >= 5

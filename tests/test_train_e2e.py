@@ -4,6 +4,7 @@ import gc
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -51,6 +52,8 @@ def test_smoke_reaches_steps_and_writes_every_output(smoke_run):
     assert list((logdir / "tensorboard").glob("events.out.tfevents.*"))
     assert "ProcessSlotTransport" in result.stderr, "the process-slot transport was not used"
     assert "no GPU: a learner update takes" in result.stderr, "no measured CPU speed note"
+    noise = [line for line in result.stderr.splitlines() if re.search(r"WARN|ERROR|Trace", line)]
+    assert not noise, noise  # a normal end of every process of the run is quiet
 
 
 @pytest.mark.slow

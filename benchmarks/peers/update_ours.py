@@ -27,9 +27,9 @@ from update_worker import conv_layers, serve, timed, torch_flop_counter, unique_
 from dreamer.agent.build import build_agent  # noqa: E402
 from dreamer.agent.spaces import EnvSpaces, ObsKey  # noqa: E402
 from dreamer.config import load  # noqa: E402
+from dreamer.data.replay import random_batch  # noqa: E402
 from dreamer.errors import ConfigError  # noqa: E402
 from dreamer.learning.learner import Learner  # noqa: E402
-from tests.batches import synthetic_batch  # noqa: E402
 
 CPU = torch.device("cpu")
 
@@ -61,7 +61,7 @@ class Ours:
                     raise RuntimeError(f"no official-style CNN in this tree ({error})") from None
                 notes.append("model.cnn_strided not in the config: torchrl's strided CNN")
         self.spaces = spaces(obs)
-        self.batch = synthetic_batch(self.spaces, batch, length)
+        self.batch = random_batch(self.spaces, batch, length)
         cfg = load(
             self.overrides + [f"learner.compile={'true' if mode == 'compiled' else 'false'}"]
         )

@@ -110,6 +110,35 @@ def _index_dtype(heads: tuple[int, ...]) -> torch.dtype:
     return torch.uint8 if largest <= 256 else torch.int16 if largest <= 32768 else torch.int32
 
 
+def random_batch(spaces, batch: int, length: int, seed: int = 0) -> TensorDict:
+    """A [batch, length] sample of random data in the layout ``SequenceReplay.sample``
+    gives for ``spaces`` (keys, dtypes, shapes): for timing an update before any data
+    exists, and for learners whose envs cannot run here. ~5% of steps end an episode."""
+    g = torch.Generator().manual_seed(seed)
+    shape = (batch, length)
+    nxt = {}
+    for key in spaces.obs:
+        if key.kind == "image":
+            nxt[key.name] = torch.randint(0, 256, (*shape, *key.shape), generator=g).byte()
+        else:
+            nxt[key.name] = torch.randn(*shape, *key.shape, generator=g)
+    if heads := action_heads(spaces):
+        parts = [torch.randint(0, n, shape, generator=g) for n in heads]
+        action = torch.cat([functional.one_hot(p, n) for p, n in zip(parts, heads)], -1)
+    else:
+        action = torch.rand(*shape, spaces.action_dim, generator=g) * 2 - 1
+    done = torch.rand(*shape, 1, generator=g) < 0.05
+    nxt.update(
+        reward=torch.randn(*shape, 1, generator=g),
+        done=done,
+        terminated=done & (torch.rand(*shape, 1, generator=g) < 0.5),
+    )
+    is_init = torch.zeros(*shape, 1, dtype=torch.bool)
+    is_init[:, 0] = True
+    is_init[:, 1:] = done[:, :-1]
+    return TensorDict({ACTION: action, "is_init": is_init, "next": TensorDict(nxt, shape)}, shape)
+
+
 @dataclass(frozen=True)
 class Field:
     """One stored entry: its key, and a row's dtype and shape as collected (and as

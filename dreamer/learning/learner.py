@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -206,6 +208,20 @@ class Learner:
             for key, value in metrics.items()
             if isinstance(key, str) and value.numel() == 1
         }
+
+    def timed_update(self, batch: TensorDictBase) -> float:
+        """Seconds one update takes on ``batch`` (the second of two: the first allocates,
+        and compiles when compiling), leaving the learner as it was: weights, optimizer, return
+        statistics, counters and torch's random state. How long a run will take, before
+        it has data. Not across ranks: each would wait for the others' gradients."""
+        state = copy.deepcopy(self.state_dict())
+        with torch.random.fork_rng(devices=[]):
+            for _ in range(2):
+                started = time.perf_counter()
+                self.update(batch)
+                seconds = time.perf_counter() - started
+        self.load_state_dict(state)
+        return seconds
 
     def _skip_update(self) -> None:
         """No usable gradient from this batch: step with NaN gradients, which the

@@ -189,10 +189,23 @@ class Rates:
 
 
 class Progress:
-    """tqdm bar over env steps showing steps/s, updates/s and the ETA; updated after
-    every update and every collected batch (tqdm redraws at most every 0.1 s)."""
+    """tqdm bar over env steps with the updates done, their rate and the ETA; redrawn
+    after every update and every collected batch (tqdm redraws at most every 0.1 s).
 
-    def __init__(self, total: int, initial: int = 0, enabled: bool = True, updates: int = 0):
+    The ETA is the trainer's estimate: the updates left to ``run.steps`` times the
+    loop's wall seconds per update since this process's first update (before it, the
+    start estimate's ``seconds_per_update``). tqdm's own ETA, from the env-step rate,
+    swung 13x with the bursts of updates. Without updates to come: the env-step rate."""
+
+    def __init__(
+        self,
+        total: int,
+        initial: int = 0,
+        enabled: bool = True,
+        updates: int = 0,
+        total_updates: float = 0.0,
+        seconds_per_update: float | None = None,
+    ):
         self.bar = tqdm(
             total=total,
             initial=initial,
@@ -200,15 +213,38 @@ class Progress:
             dynamic_ncols=True,
             disable=not enabled,
             file=sys.stderr,
+            miniters=0,  # tqdm's adaptive default skips the redraws of update bursts
+            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {rate_fmt}{postfix}]",
         )
         self.started = time.perf_counter()
+        self.initial = initial
         self.first_updates = updates  # a resumed run's, so its rate counts only its own
+        self.first_update: tuple[float, int] | None = None  # (time, updates) at the first
+        self.total_updates = total_updates
+        self.estimate = seconds_per_update
 
     def update(self, env_steps: int, updates: int) -> None:
-        elapsed = max(time.perf_counter() - self.started, 1e-9)
-        rate = (updates - self.first_updates) / elapsed
-        self.bar.set_postfix(upd=updates, upd_s=f"{rate:.2f}", refresh=False)
+        if self.bar.disable:
+            return
+        now = time.perf_counter()
+        if self.first_update is None and updates > self.first_updates:
+            self.first_update = (now, updates)
+        rate = (updates - self.first_updates) / max(now - self.started, 1e-9)
+        self.bar.set_postfix(
+            eta=self._eta(now, env_steps, updates), upd=updates, upd_s=f"{rate:.2f}", refresh=False
+        )
         self.bar.update(env_steps - self.bar.n)  # a redraw when tqdm's interval passed
+
+    def _eta(self, now: float, env_steps: int, updates: int) -> str:
+        if self.total_updates - updates < 1:
+            steps_per_s = (env_steps - self.initial) / max(now - self.started, 1e-9)
+            left = (self.bar.total - env_steps) / steps_per_s if steps_per_s else None
+        else:
+            per_update = self.estimate
+            if self.first_update is not None and updates > self.first_update[1]:
+                per_update = (now - self.first_update[0]) / (updates - self.first_update[1])
+            left = None if per_update is None else (self.total_updates - updates) * per_update
+        return "?" if left is None else tqdm.format_interval(max(left, 0))
 
     def close(self) -> None:
         self.bar.close()

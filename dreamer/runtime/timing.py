@@ -73,32 +73,52 @@ class LoopTimers:
 
 
 class CpuSpeedNote:
-    """Without a GPU, one log line after the first ``sample`` updates: how long the
-    configured ``run.steps`` would take at this learner speed."""
+    """Without a GPU, how long the run's updates will take: at start, from one update
+    timed before collection (``start``); after the first ``sample`` updates of the loop,
+    from their median, again, if that differs from the start's by more than 1.5x, or
+    if there was none (a distributed run's ranks update together, only in the loop)."""
 
     sample = 5
 
-    def __init__(self, cfg, enabled: bool):
+    def __init__(self, cfg, enabled: bool, env_steps: int = 0):
         self.cfg = cfg
+        self.env_steps = env_steps  # where this process starts (a resumed run: its step)
         self.seconds: list[float] | None = [] if enabled else None
+        self.started: float | None = None  # the start estimate's seconds per update
+
+    @property
+    def enabled(self) -> bool:
+        return self.seconds is not None
+
+    def start(self, seconds_per_update: float, how: str) -> None:
+        """The estimate at start; ``how``: how ``seconds_per_update`` was measured."""
+        if self.seconds is not None:
+            self.started = seconds_per_update
+            log.info(self.note(seconds_per_update, how))
 
     def __call__(self, seconds: float) -> None:
         if self.seconds is None:
             return
         self.seconds.append(seconds)
         if len(self.seconds) == self.sample:
-            log.info(self.note(statistics.median(self.seconds)))  # the 1st one is slower
+            median = statistics.median(self.seconds)  # the 1st one is slower
+            if self.started is None or not 1 / 1.5 < median / self.started < 1.5:
+                log.info(self.note(median, f"median of the first {self.sample} in the loop"))
             self.seconds = None
 
-    def note(self, seconds_per_update: float) -> str:
+    def updates(self) -> float:
+        """Updates from this process's start to ``run.steps`` (none before train_starts)."""
         run, replay = self.cfg.run, self.cfg.replay
-        trained = max(run.steps - run.train_starts, 0)  # no updates before train_starts
-        updates = trained * run.train_ratio / (replay.batch * replay.length)
+        trained = max(run.steps - max(run.train_starts, self.env_steps), 0)
+        return trained * run.train_ratio / (replay.batch * replay.length)
+
+    def note(self, seconds_per_update: float, how: str) -> str:
+        updates = self.updates()
         seconds = updates * seconds_per_update
         note = (
-            f"no GPU: a learner update takes {seconds_per_update:.2f} s on this CPU (median "
-            f"of the first {self.sample}); run.steps={run.steps} needs ~{updates:,.0f} "
-            f"updates = ~{duration(seconds)} of learner time"
+            f"no GPU: a learner update takes {seconds_per_update:.2f} s on this CPU ({how}); "
+            f"run.steps={self.cfg.run.steps} needs ~{updates:,.0f} more updates = "
+            f"~{duration(seconds)} of learner time"
         )
         if seconds < 3600:  # a run of minutes (make smoke's own, say) is its own quick check
             return note + "."
