@@ -138,3 +138,20 @@ def test_steps_written_after_the_checkpoint_leave_its_steps_whole(storage, tmp_p
     restored.extend(chunk(0, 48, 30))  # the resumed run writes its own steps 48..77
     time = restored.sample()["step"] // 10
     assert (time.diff(dim=1) == 1).all() and len(restored) == 80
+
+
+@pytest.mark.parametrize(
+    "overrides", [["env=crafter"], ["env=cartpole"], ["env=dmc", "env.task=cartpole_balance"]]
+)
+def test_random_batch_has_the_layout_of_a_real_sample(overrides):
+    """The start estimate times an update on ``random_batch``: a compiled update must not
+    recompile for the real samples (same keys, dtypes and shapes)."""
+    from dreamer.config import load
+    from dreamer.data.replay import random_batch
+    from tests.batches import real_batch
+
+    def layout(batch):
+        return {k: (v.dtype, v.shape) for k, v in batch.items(True, True)}
+
+    spaces, real = real_batch(load([*overrides, "model=tiny"]), 2, 8)
+    assert layout(random_batch(spaces, 2, 8)) == layout(real)
