@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: install install-dev train resume smoke test test-fast lint bench-learning gpu-wheels gpu-check-dry clean osmesa peers
+.PHONY: install install-dev train resume smoke test test-fast lint docs bench-learning gpu-wheels gpu-check-dry clean osmesa peers
 
 # what training needs: the project and its dependencies (the extras stay extras)
 $(STAMP): pyproject.toml
@@ -53,6 +53,11 @@ test: $(DEV_STAMP) osmesa
 # the inner loop: everything but the slow, SLURM and torchrun tests
 test-fast: $(DEV_STAMP) osmesa
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow and not slurm and not distributed" $(ARGS)
+
+# docs/configuration.md's key tables, made anew from the schema (tests/test_docs.py
+# fails while they differ)
+docs: $(STAMP)
+	$(PY) -m dreamer.key_reference --write docs/configuration.md
 
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check dreamer tests benchmarks

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from dreamer.envs import registry
 from dreamer.envs.registry import EnvSettings
@@ -45,80 +45,135 @@ LOGGERS = ("jsonl", "tensorboard", "wandb", "mlflow")
 
 @dataclass
 class ModelConfig:
+    """The networks' sizes: ``model=<preset>`` sets them (DreamerV3's size1m to size400m)."""
+
     name: str = _f()
+    """the preset's name (set by model=)"""
     deter: int = _f(check=">= 1")
+    """width of the RSSM's deterministic (GRU) state"""
     hidden: int = _f(check=">= 1")
-    stoch: int = _f(32, ">= 1")  # number of categoricals
+    """width of the RSSM's hidden layers around the GRU"""
+    stoch: int = _f(32, ">= 1")
+    """categorical variables in the stochastic state"""
     classes: int = _f(check=">= 2")
+    """classes of each categorical variable (the stochastic state: stoch x classes one-hots)"""
     cnn_depth: int = _f(check=">= 1")
-    # image CNNs: true = torchrl's (kernel-5 stride-2 convolutions, transposed in the
-    # decoder); false = the DreamerV3 author's default (enc/dec.simple.strided: False):
-    # kernel-5 stride-1 convolutions with 2x2 max-pools / nearest 2x upsamples, 4x the
-    # convolution FLOPs; needs an even cnn_depth and deter a multiple of 8
+    """channels of the image encoder's first convolution (doubled per stage)"""
     cnn_strided: bool = _f(True)
-    units: int = _f(check=">= 1")  # MLP width
-    layers: int = _f(2, ">= 1")  # MLP depth of the encoder, decoder, actor and critic
-    # MLP depth of the reward and continue heads (official rewhead/conhead.layers: 1)
+    """image CNNs: true = torchrl's (kernel-5 stride-2 convolutions); false = the
+    DreamerV3 author's default (stride 1 with 2x2 max-pools, nearest upsampling in the
+    decoder: 4x the convolution FLOPs; needs an even cnn_depth, deter a multiple of 8)"""
+    units: int = _f(check=">= 1")
+    """width of the MLPs (encoder, decoder, heads, actor, critic)"""
+    layers: int = _f(2, ">= 1")
+    """MLP depth of the encoder, decoder, actor and critic"""
     head_layers: int = _f(1, ">= 1")
-    blocks: int = _f(8, ">= 1")  # block-GRU blocks; must divide deter and hidden
+    """MLP depth of the reward and continue heads (official rewhead/conhead.layers: 1)"""
+    blocks: int = _f(8, ">= 1")
+    """blocks of the block-diagonal GRU; must divide deter and hidden"""
     unimix: float = _f(0.01, "[0, 1)")
+    """share of a uniform distribution mixed into every categorical (latents, actions)"""
     bins: int = _f(255, ">= 3")
+    """bins of the two-hot (symlog) reward and value distributions"""
 
 
 @dataclass
 class RunConfig:
-    steps: int = _f(1_000_000, ">= 1")  # env steps in total
-    envs: int = _f(4, ">= 1")  # env worker processes
-    train_ratio: float = _f(512.0, "> 0")  # replayed steps per env step
-    train_starts: int = _f(1024, ">= 0")  # env steps before the first update
+    """How long a run goes, where it writes, and how often."""
+
+    steps: int = _f(1_000_000, ">= 1")
+    """env steps in total"""
+    envs: int = _f(4, ">= 1")
+    """env workers (the whole job's: split across ranks)"""
+    train_ratio: float = _f(512.0, "> 0")
+    """replayed steps per env step: updates per env step = train_ratio / (replay.batch x
+    replay.length)"""
+    train_starts: int = _f(1024, ">= 0")
+    """env steps collected before the first update"""
     seed: int = _f(0)
-    logdir: str | None = _f(None)  # default: runs/<env.name>/<YYYYmmdd-HHMMSS>
-    # latest: without run.logdir, continue the newest unfinished run of this env under
-    # runs/<env.name>/ (a checkpoint short of run.steps) instead of starting a new one
+    """seed of the weights, the env workers and the replay sampling"""
+    logdir: str | None = _f(None)
+    """where the run writes; none = runs/<env.name>/<YYYYmmdd-HHMMSS>"""
     resume: str = _f("never", choices=("never", "latest"))
-    log_every: int = _f(1000, ">= 1")  # env steps between metrics lines
-    # wall seconds a metrics line waits at most (with new env steps), whatever log_every
+    """latest: without run.logdir, continue the newest unfinished run of this env under
+    runs/<env.name>/ (make resume) instead of starting a new one"""
+    log_every: int = _f(1000, ">= 1")
+    """env steps between metrics rows"""
     log_seconds: float = _f(300.0, "> 0")
-    save_every: float = _f(900.0, "> 0")  # seconds between checkpoints
-    keep: int = _f(3, ">= 1")  # checkpoints kept
-    # checkpoint writes that fail in a row (a full disk, a quota) before the run stops
-    # with exit 1; the last good checkpoint stays the one a rerun resumes from
+    """wall seconds a metrics row waits at most (when new env steps came), whatever
+    log_every"""
+    save_every: float = _f(900.0, "> 0")
+    """seconds between checkpoints"""
+    keep: int = _f(3, ">= 1")
+    """checkpoints kept"""
     save_failures: int = _f(3, ">= 1")
-    progress: bool = _f(True)  # tqdm bar
-    gc_freeze: bool = _f(True)  # gc.freeze() the setup heap for the loop (off: to measure it)
-    from_checkpoint: str | None = _f(None)  # a new run starts from this run dir's / file's weights
+    """checkpoint writes failing in a row (a full disk, a quota) before the run stops
+    with exit 1; the last good checkpoint stays the one a rerun resumes from"""
+    progress: bool = _f(True)
+    """the progress bar (env steps, updates, ETA) on stderr"""
+    gc_freeze: bool = _f(True)
+    """gc.freeze() the set-up's heap for the loop (false: to measure what it saves)"""
+    from_checkpoint: str | None = _f(None)
+    """a new run starts from the weights of this run directory (its latest checkpoint)
+    or checkpoint file"""
     from_checkpoint_parts: list[str] = _list(["world_model", "actor", "critic"])
+    """what a warm start takes: any of world_model, actor, critic, optimizer (the last
+    needs the other three)"""
 
 
 @dataclass
 class ReplayConfig:
-    size: int = _f(1_000_000, ">= 1")  # transitions
+    """The replay buffer: one stream per env worker, sampled as windows."""
+
+    size: int = _f(1_000_000, ">= 1")
+    """capacity in transitions (split evenly across workers); RAM and disk follow the
+    fill, and a capacity the machine cannot hold exits 2 at start"""
     batch: int = _f(16, ">= 1")
+    """sequences per update (the whole job's: split across ranks)"""
     length: int = _f(64, ">= 2")
-    storage: str = _f("memory", choices=("memory", "disk"))  # disk: memory-mapped run-dir files
+    """steps per sequence"""
+    storage: str = _f("memory", choices=("memory", "disk"))
+    """where completed chunks are read from: memory (RAM) or disk (memory-mapped files
+    under <run.logdir>/replay; resident memory stays flat)"""
 
 
 @dataclass
 class InferenceConfig:
-    max_batch: int = _f(0, ">= 0")  # requests per policy forward; 0 = every env (run.envs)
-    min_batch: int = _f(1, ">= 1")  # requests to wait for once the first has arrived
-    timeout: float = _f(0.001, ">= 0")  # s to wait for min_batch before a partial batch
-    static_batch: bool = _f(False)  # CUDA-graph the served policy at max_batch (CUDA only)
+    """The inference process that serves the acting policy to the env workers."""
+
+    max_batch: int = _f(0, ">= 0")
+    """requests per policy forward; 0 = every env (run.envs)"""
+    min_batch: int = _f(1, ">= 1")
+    """requests to wait for once the first has arrived"""
+    timeout: float = _f(0.001, ">= 0")
+    """seconds to wait for min_batch before serving a partial batch"""
+    static_batch: bool = _f(False)
+    """CUDA-graph the served policy at max_batch (CUDA only)"""
 
 
 @dataclass
 class CollectorConfig:
-    chunk: int = _f(64, ">= 1")  # transitions per message from each worker
-    sync_every: int = _f(10, ">= 1")  # learner updates between weight pushes
-    push_timeout: float = _f(5.0, "> 0")  # s a push waits for the inference process
-    threads: int = _f(1, ">= 1")  # torch threads in the inference server
-    envs_per_worker: int = _f(1, ">= 1")  # > 1: grouped workers, policy served from a driver thread
-    worker_affinity: str = _f("none", choices=("none", "spread"))  # spread: worker i on core i
-    # while the learner updates: stop = env workers and inference stopped (SIGSTOP: they
-    # cannot wake), nice = at the lowest CPU priority, pause = parked by torchrl (they
-    # poll every 10 ms); none = both run beside it; auto = stop on a CPU learner with few
-    # cores (they share them), none otherwise. A paced learner gets every core.
+    """torchrl's AsyncBatchedCollector: env workers, inference, chunks to the driver."""
+
+    chunk: int = _f(64, ">= 1")
+    """transitions per message from each worker to the driver"""
+    sync_every: int = _f(10, ">= 1")
+    """learner updates between weight pushes to the inference process"""
+    push_timeout: float = _f(5.0, "> 0")
+    """seconds a weight push waits for the inference process; a starved one (logged)
+    gets the next push"""
+    threads: int = _f(1, ">= 1")
+    """torch threads of the inference process"""
+    envs_per_worker: int = _f(1, ">= 1")
+    """envs per worker process (must divide run.envs); > 1: torchrl serves the policy
+    from a driver thread and does not chunk"""
+    worker_affinity: str = _f("none", choices=("none", "spread"))
+    """spread: env worker i pinned to the i-th allowed core (Linux)"""
     pace: str = _f("auto", choices=("auto", "stop", "nice", "pause", "none"))
+    """collection while the learner updates: stop = env workers and inference stopped
+    (SIGSTOP) through each update burst, nice = at the lowest CPU priority, pause =
+    parked by torchrl (waking every 10 ms), none = running beside it; auto = stop with a
+    CPU learner on 4 usable cores or fewer, else none (a GPU learner: collection overlaps)"""
     inference: InferenceConfig = field(default_factory=InferenceConfig)
 
 
@@ -126,77 +181,120 @@ class CollectorConfig:
 class LossScales:
     """Weight of each DreamerV3 loss term in the total: the official ``agent.loss_scales``."""
 
-    rec: float = _f(1.0, ">= 0")  # observation reconstruction (the decoder), all keys together
-    rew: float = _f(1.0, ">= 0")  # reward prediction (two-hot)
-    con: float = _f(1.0, ">= 0")  # continue prediction (the episode goes on)
-    dyn: float = _f(1.0, ">= 0")  # dynamics KL: the prior learns to predict the posterior
-    rep: float = _f(0.1, ">= 0")  # representation KL: the posterior stays predictable
-    policy: float = _f(1.0, ">= 0")  # actor: REINFORCE on imagined returns, entropy bonus included
-    value: float = _f(1.0, ">= 0")  # critic on imagined returns, its slow-critic term included
-    repval: float = _f(0.3, ">= 0")  # critic on replayed states (its gradient reaches the RSSM)
+    rec: float = _f(1.0, ">= 0")
+    """observation reconstruction (the decoder), all keys together"""
+    rew: float = _f(1.0, ">= 0")
+    """reward prediction (two-hot)"""
+    con: float = _f(1.0, ">= 0")
+    """continue prediction (the episode goes on)"""
+    dyn: float = _f(1.0, ">= 0")
+    """dynamics KL: the prior learns to predict the posterior"""
+    rep: float = _f(0.1, ">= 0")
+    """representation KL: the posterior stays predictable"""
+    policy: float = _f(1.0, ">= 0")
+    """actor: REINFORCE on imagined returns, entropy bonus included"""
+    value: float = _f(1.0, ">= 0")
+    """critic on imagined returns, its slow-critic term included"""
+    repval: float = _f(0.3, ">= 0")
+    """critic on replayed states (its gradient reaches the RSSM)"""
 
 
 @dataclass
 class LearnerConfig:
+    """The update: device, precision, compilation, and DreamerV3's learning constants."""
+
     device: str = _f("auto", choices=("auto", "cpu", "cuda"))
-    precision: str = _f("auto", choices=("auto", "bf16", "fp32"))  # auto: bf16 on CUDA
-    # torch.compile the update (cached in the user cache): with the fused rollout, its two
-    # step functions (small graphs) and everything after imagination (one graph); with
-    # torchrl's, the stepper's whole step.
-    # auto: on CUDA (the long CPU presets set true: it pays after a few hundred updates)
+    """where the learner runs; auto = cuda when a GPU is visible"""
+    precision: str = _f("auto", choices=("auto", "bf16", "fp32"))
+    """bf16 = autocast without loss scaling (CUDA only); auto = bf16 on CUDA, fp32 on the
+    CPU"""
     compile: str = _f("auto", choices=TRISTATE)
-    cudagraph: str = _f("auto", choices=TRISTATE)  # CUDA-graph forward/backward; auto: on CUDA
-    # fused: world-model and imagination rollouts as tensor scans (dreamer/learning/fused.py);
-    # torchrl: torchrl's DreamerV3Loss rollouts. Same losses, same parameters and checkpoints.
-    # auto: fused on the CPU (proven equal there, tests/test_fused.py), torchrl's on CUDA
-    # until the GPU check (benchmarks/fused_equal.py) shows them equal in bf16 and graphs
+    """torch.compile the update (with the fused rollout its step functions, with
+    torchrl's the whole step), cached under $XDG_CACHE_HOME/dreamer; auto = on CUDA (the
+    long CPU presets set true)"""
+    cudagraph: str = _f("auto", choices=TRISTATE)
+    """CUDA-graph the update's forward and backward; auto = on CUDA"""
     rollout: str = _f("auto", choices=("auto", "fused", "torchrl"))
+    """fused = world-model and imagination rollouts as tensor scans (same losses,
+    parameters and checkpoints as torchrl's); torchrl = torchrl's DreamerV3Loss as is;
+    auto = fused on the CPU, torchrl on CUDA"""
     lr: float = _f(4e-5, "> 0")
-    warmup: int = _f(1000, ">= 0")  # optimizer warm-up updates
-    horizon: int = _f(15, ">= 1")  # imagination horizon
-    # imagine from the last K replayed steps of every sequence (batch x K starts); 0 = from
-    # every step. The replay-value term learns on the same K steps (it needs their returns)
+    """learning rate of world model, actor and critic (the official 4e-5)"""
+    warmup: int = _f(1000, ">= 0")
+    """updates over which the learning rate rises linearly from 0"""
+    horizon: int = _f(15, ">= 1")
+    """imagined steps per start state"""
     imag_last: int = _f(0, ">= 0")
-    threads: int = _f(0, ">= 0")  # torch threads; 0: half the usable cores (CPU), torch's (CUDA)
-    grad_clip: float = _f(0.3, "> 0")  # adaptive gradient clipping
+    """imagine from the last K replayed steps of every sequence (batch x K starts; 0 =
+    every step); the replay-value term learns on the same steps"""
+    threads: int = _f(0, ">= 0")
+    """torch threads of the learner; 0 = the cores collection leaves it on the CPU
+    (every usable core when collection is paced), torch's default on CUDA"""
+    grad_clip: float = _f(0.3, "> 0")
+    """adaptive gradient clipping: a gradient's norm is held under this times its
+    parameter's norm"""
     return_horizon: float = _f(333.0, "> 1")
+    """the return's horizon in steps: discount = 1 - 1 / return_horizon (0.997)"""
     lmbda: float = _f(0.95, "[0, 1]")
+    """lambda of the lambda-returns the actor and critic learn from"""
     entropy: float = _f(3e-4, ">= 0")
+    """weight of the actor's entropy bonus"""
     loss_scales: LossScales = field(default_factory=LossScales)
-    free_nats: float = _f(1.0, ">= 0")  # each step's KL is clipped below at this (no gradient)
-    slowreg: float = _f(1.0, ">= 0")  # pull of both critic terms towards the slow critic's values
-    max_skips: int = _f(10, ">= 0")  # NaN/Inf updates in a row before the run stops
+    free_nats: float = _f(1.0, ">= 0")
+    """each step's KL is clipped below at this (no gradient under it)"""
+    slowreg: float = _f(1.0, ">= 0")
+    """pull of both critic terms towards the slow critic's values"""
+    max_skips: int = _f(10, ">= 0")
+    """NaN/Inf updates in a row before the run stops (with a checkpoint)"""
     slow_critic: float = _f(0.02, "(0, 1]")
-    dist_timeout: float = _f(600.0, "> 0")  # s a rank waits in a collective before failing
+    """the slow critic's step towards the critic per update (an EMA rate)"""
+    dist_timeout: float = _f(600.0, "> 0")
+    """seconds a rank waits in a collective before it fails (data-parallel runs)"""
 
 
 @dataclass
 class EvalConfig:
-    every: int = _f(50_000, ">= 0")  # env steps between evaluations during training; 0 = none
-    envs: int = _f(1, ">= 1")  # eval envs, stepped together in one process of their own
-    episodes: int = _f(10, ">= 1")  # per evaluation
-    max_steps: int = _f(0, ">= 0")  # per-episode cap (truncation); 0 = the env's own
-    render_workers: int | None = _f(None, ">= 0")  # None = min(cores, 16); 0 = inline
-    checkpoint: str | None = _f(None)  # dreamer.evaluate: a checkpoint file; None = latest
-    timeout: float = _f(600.0, "> 0")  # seconds the end of a run waits for a pending eval
+    """Evaluation during training and by ``python -m dreamer.evaluate``."""
+
+    every: int = _f(50_000, ">= 0")
+    """env steps between evaluations during training; 0 = none"""
+    envs: int = _f(1, ">= 1")
+    """eval envs, stepped together in one process of their own"""
+    episodes: int = _f(10, ">= 1")
+    """episodes per evaluation"""
+    max_steps: int = _f(0, ">= 0")
+    """per-episode cap (a truncation); 0 = the env's own"""
+    render_workers: int | None = _f(None, ">= 0")
+    """processes drawing the reports; none = min(usable cores, 16); 0 = inline"""
+    checkpoint: str | None = _f(None)
+    """dreamer.evaluate: the checkpoint file; none = the run's latest"""
+    timeout: float = _f(600.0, "> 0")
+    """seconds the end of a run waits for a pending evaluation"""
 
 
 @dataclass
 class MlflowConfig:
-    uri: str | None = _f(None)  # None: a file: store in <run.logdir>/mlflow; or http://host:port
+    uri: str | None = _f(None)
+    """tracking server: http://host:port; none = a file store in <run.logdir>/mlflow"""
     experiment: str = _f("dreamer")
+    """MLflow experiment name"""
 
 
 @dataclass
 class WandbConfig:
     project: str = _f("dreamer")
+    """W&B project"""
     entity: str | None = _f(None)
-    mode: str = _f("auto", choices=("auto", "online", "offline"))  # auto: offline without a key
+    """W&B entity (user or team); none = the key's default"""
+    mode: str = _f("auto", choices=("auto", "online", "offline"))
+    """auto = online with an API key, offline without"""
 
 
 @dataclass
 class LoggerConfig:
-    use: list[str] = _list(["jsonl", "tensorboard"])  # `logger=[...]` sets this
+    use: list[str] = _list(["jsonl", "tensorboard"])
+    """outputs besides metrics.jsonl (always written): any of tensorboard, mlflow,
+    wandb; logger=[...] sets this"""
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
@@ -253,7 +351,7 @@ def _schema_type(key: str, env_name: str | None = None) -> Any:
     return node
 
 
-def _options(group: str) -> list[str]:
+def options(group: str) -> list[str]:
     """The option names of a config group, in natural order (size1m before size12m)."""
     names = [p.stem for p in (CONF_DIR / group).glob("*.yaml")]
     return sorted(
@@ -293,8 +391,8 @@ def _check_overrides(overrides: list[str]) -> list[str]:
             value = ov.value()
             if key == "experiment" and value is None:
                 continue
-            if value not in _options(key):
-                allowed = ", ".join(_options(key))
+            if value not in options(key):
+                allowed = ", ".join(options(key))
                 raise ConfigError(f"{key}: unknown option {value!r}; allowed: {allowed}")
         else:
             _schema_type(key)
@@ -656,22 +754,6 @@ def check_resume(saved: dict, cfg: DictConfig) -> None:
         )
 
 
-def _sections(cls: type, prefix: str = "") -> list[tuple[str, type]]:
-    """(dotted name, dataclass) of every section, nested ones after their parent."""
-    found = []
-    for name, kind in typing.get_type_hints(cls).items():
-        if dataclasses.is_dataclass(kind):
-            found += [(prefix + name, kind), *_sections(kind, f"{prefix}{name}.")]
-    return found
-
-
-def _default(field: dataclasses.Field) -> Any:
-    """A schema field's default, made by its factory where it has one (lists, dicts)."""
-    if field.default_factory is not dataclasses.MISSING:
-        return field.default_factory()
-    return field.default
-
-
 def group_defaults(group: str, option: str) -> DictConfig:
     """What ``<group>=<option>`` (``env`` or ``model``) makes its section before an
     experiment preset or an override: the option's YAML over the section's schema (for
@@ -679,41 +761,6 @@ def group_defaults(group: str, option: str) -> DictConfig:
     preset = OmegaConf.load(CONF_DIR / group / f"{option}.yaml")
     cls = registry.settings(preset.name) if group == "env" else typing.get_type_hints(Config)[group]
     return OmegaConf.merge(OmegaConf.structured(cls), preset)
-
-
-def _shown(node: DictConfig, key: str) -> str:
-    """``key=value`` as usage prints it; the bare key when it has no value yet."""
-    if OmegaConf.is_missing(node, key):
-        return key
-    value = node[key]
-    return f"{key}={OmegaConf.to_container(value) if OmegaConf.is_config(value) else value}"
-
-
-def usage() -> str:
-    """Short help: groups with their options, then every key with the value a run gets:
-    per option of the env and model groups, the schema's default for the other sections."""
-    lines = [USAGE, "", "groups (group=option):"]
-    lines += [f"  {g:<11} {' | '.join(_options(g))}" for g in GROUPS]
-    lines += [
-        "",
-        "keys (section.key=value) as a run gets them: per option of env= and model=, the",
-        "schema's default for the rest; experiment= presets set some anew; a bare key must be set:",
-    ]
-    for group in ("env", "model"):
-        for option in _options(group):
-            node = group_defaults(group, option)
-            shown = [_shown(node, key) for key in node if key != "name"]
-            lines.append(f"  {f'{group}={option}:':<16} " + " ".join(shown))
-    for section, cls in _sections(Config):
-        if section in ("env", "model"):
-            continue
-        hints = typing.get_type_hints(cls)
-        fields = [f for f in dataclasses.fields(cls) if not dataclasses.is_dataclass(hints[f.name])]
-        shown = [f.name if _default(f) is MISSING else f"{f.name}={_default(f)}" for f in fields]
-        lines.append(f"  {section + ':':<16} " + " ".join(shown))
-    lines += ["", "--cfg job   print the resolved config as YAML and exit"]
-    lines += ["-m          a sweep: key=a,b runs a job per value (hydra/launcher=slurm: on SLURM)"]
-    return "\n".join(lines)
 
 
 def parse_args(
@@ -751,18 +798,3 @@ def parse_args(
         if key not in allowed:
             raise ConfigError(f"{key}: not a key of this command; allowed: {', '.join(allowed)}")
     return overrides, show
-
-
-def from_argv(argv: list[str]) -> DictConfig:
-    """``python -m dreamer.train``'s command line: overrides plus ``--cfg job`` / ``-h``;
-    user errors exit 2 with one line."""
-    try:
-        overrides, show = parse_args(argv, usage(), cfg_flag=True)
-        cfg = load(overrides)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    if show:
-        print(OmegaConf.to_yaml(cfg), end="")
-        sys.exit(0)
-    return cfg

@@ -2,13 +2,18 @@
 
 Every configuration dataclass (``dreamer/config.py``'s sections, each env's settings in
 ``dreamer/envs/``) declares its fields with ``f``: a default, a range ``check`` ('>= 1',
-'> 0', '[0, 1)') and allowed string ``choices``; ``check_section`` applies them.
+'> 0', '[0, 1)') and allowed string ``choices``; ``check_section`` applies them. The
+string right under a field is its meaning (``field_docs``), as cleanrl writes them.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
 import importlib.util
+import inspect
+import textwrap
 import typing
 from collections.abc import Mapping
 from dataclasses import field
@@ -75,3 +80,37 @@ def installed(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except ValueError:  # sys.modules[module] is None: imports of it are blocked
         return False
+
+
+@functools.cache
+def field_docs(cls: type) -> dict[str, str]:
+    """Each field's docstring (the string literal under it) in ``cls`` and its bases,
+    as one line."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__[:-1]):  # a subclass's own word wins
+        if not dataclasses.is_dataclass(klass):
+            continue
+        body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0].body
+        for node, after in zip(body, body[1:]):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def allowed(kind: Any, metadata: Mapping) -> str:
+    """What a field takes, in words: its choices, its range, or its type."""
+    if metadata["choices"]:
+        return ", ".join(metadata["choices"])
+    if metadata["check"]:
+        return metadata["check"]
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    base = typing.get_origin(kind) or kind
+    if base in (list, dict):
+        return "list of strings" if base is list else "mapping"
+    name = TYPE_NAMES.get(args[0] if args else kind, "a value").split(" ", 1)[1]
+    return f"{name} or none" if type(None) in typing.get_args(kind) else name

@@ -19,11 +19,11 @@ import torch
 from omegaconf import OmegaConf
 
 from dreamer.agent.spaces import spaces_to_dict
-from dreamer.config import from_argv
 from dreamer.data.collect import CollectorError, pace_mode, path_note
 from dreamer.data.replay import random_batch
 from dreamer.errors import ConfigError
 from dreamer.evaluation.periodic import PeriodicEvaluation
+from dreamer.key_reference import from_argv
 from dreamer.learning.learner import NonFiniteError, learner_threads
 from dreamer.outputs.logs import (
     IntervalMeans,

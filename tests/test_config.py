@@ -328,7 +328,7 @@ def test_help(cli_runs):
     assert "size12m" in proc.stdout
     assert "smoke" in proc.stdout and "train_ratio" in proc.stdout
     # a field made by a factory shows its value, not the dataclass sentinel
-    assert "from_checkpoint_parts=['world_model', 'actor', 'critic']" in proc.stdout
+    assert "run.from_checkpoint_parts=[world_model,actor,critic]" in proc.stdout
     assert "object at 0x" not in proc.stdout
 
 

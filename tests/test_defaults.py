@@ -12,8 +12,15 @@ import yaml
 from omegaconf import MISSING, OmegaConf
 
 from dreamer import config
-from dreamer.config import CONF_DIR, from_argv
+from dreamer.config import CONF_DIR
 from dreamer.envs import registry
+from dreamer.key_reference import from_argv, shown
+
+
+def shown_as(value) -> str:
+    """A resolved value as --help writes it (true, none, [a,b])."""
+    return shown(value, "")
+
 
 ENV_PRESETS = sorted((CONF_DIR / "env").glob("*.yaml"))
 # key=value with a list or mapping value (spaces inside), key=value, or a bare key
@@ -31,13 +38,23 @@ def printed(capsys, *argv: str) -> str:
 
 
 def help_lines(capsys) -> dict[str, dict[str, str | None]]:
-    """``--help``'s key lines: {label: {key: the printed value, or None for a bare key}}."""
-    lines = {}
-    for line in printed(capsys, "--help").splitlines():
-        found = re.fullmatch(r"  ([\w.=]+):\s+(.*)", line)
-        if found:
-            tokens = TOKEN.findall(found[2])
-            lines[found[1]] = {key: (value if value else None) for key, value in tokens}
+    """``--help``'s values: {label: {key: the printed value, or None for a required key}}
+    for each ``env=<option>`` and ``model=<option>`` and each other section (keys
+    without their section's prefix)."""
+    lines: dict[str, dict[str, str | None]] = {}
+    text = re.sub(r"\n    (?=\S)", " ", printed(capsys, "--help"))  # a preset line goes on
+    label = None
+    for line in text.splitlines():
+        if header := re.match(r"([\w.=]+):(?: |$)", line):
+            label = header[1] if header[1] not in ("usage", "model") else None
+            if label:
+                lines[label] = {}
+        elif preset := re.fullmatch(r"  (model=\w+): (.*)", line):
+            lines[preset[1]] = dict(TOKEN.findall(preset[2]))
+        elif label and (key := re.match(r"  ([\w.]+)=(\S*)", line)):
+            prefix = "env." if label.startswith("env=") else f"{label}."
+            name = key[1].removeprefix(prefix)
+            lines[label][name] = None if key[2] == "required" else key[2]
     return lines
 
 
@@ -68,7 +85,7 @@ def test_help_prints_what_a_run_of_each_option_gets(group, capsys):
     ``--cfg job``'s with ``<group>=<option>``; a key printed bare has no value until set
     (``env=gym``'s ``id``): ``--cfg job`` needs it."""
     lines = help_lines(capsys)
-    options = config._options(group)
+    options = config.options(group)
     assert {label for label in lines if label.startswith(f"{group}=")} == {
         f"{group}={option}" for option in options
     }
@@ -85,7 +102,7 @@ def test_help_prints_what_a_run_of_each_option_gets(group, capsys):
         assert set(shown) == set(section) - {"name"}, option
         for key, value in shown.items():
             if value is not None:
-                assert value == str(section[key]), f"{group}={option}: {key}"
+                assert value == shown_as(section[key]), f"{group}={option}: {key}"
 
 
 def test_help_prints_the_other_sections_as_a_run_without_overrides_gets_them(capsys):
@@ -101,4 +118,4 @@ def test_help_prints_the_other_sections_as_a_run_without_overrides_gets_them(cap
         assert set(lines[label]) == leaves, label
         for key, value in lines[label].items():
             if f"{label}.{key}" not in DERIVED:
-                assert value == str(node[key]), f"{label}.{key}"
+                assert value == shown_as(node[key]), f"{label}.{key}"

@@ -1,6 +1,7 @@
 """The docs say what the code does: every make target, config key and repository path the
-READMEs name exists, the README's lists (keys a resume may change, the layers) are the
-code's, and the figures it quotes from a results file are that file's."""
+docs name exists, their lists (keys a resume may change, the layers) are the code's, the
+key tables are the schema's (one source with --help), and the figures they quote from a
+results file are that file's."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import dataclasses
 import glob
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
-import yaml
 from omegaconf import OmegaConf
 
 from dreamer import config, export
@@ -18,7 +20,8 @@ from dreamer.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-DOCS = [README, ROOT / "benchmarks" / "README.md"]
+DOC = ROOT / "docs"
+DOCS = [README, *sorted(DOC.glob("*.md")), ROOT / "benchmarks" / "README.md"]
 RESULTS = ROOT / "benchmarks" / "results"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
 SECTIONS = ("run", "replay", "learner", "collector", "eval", "env", "logger", "model", "export")
@@ -34,7 +37,7 @@ NOT_IN_CHECKOUT = {
     "benchmarks/results/gpu.json": "the GPU check's result, copied once it has run on a GPU",
 }
 FILE_SUFFIXES = {"py", "json", "jsonl", "yaml", "md", "sh", "png", "pt", "pt2"}  # replay.py
-DERIVED = {  # no default value: the run derives one, as the README's cell says
+DERIVED = {  # no default value: the run derives one, as its meaning says
     "run.logdir": "runs/<env>/<timestamp>",
     "eval.render_workers": "min(usable cores, 16) when the run starts",
 }
@@ -141,7 +144,7 @@ def test_every_documented_repository_path_exists():
 def test_the_readme_lists_exactly_the_keys_a_resume_may_change():
     """The "Only these keys may change on resume" bullet, read as written: every named key,
     `x.*` as every key under x, a key after "but" left out."""
-    text = README.read_text()
+    text = (DOC / "reliability.md").read_text()
     start = text.index("- Only these keys may change on resume:")
     bullet = text[start : text.index("Any other change", start)]
     keys, excluded, leaves = set(), set(), leaf_keys()
@@ -159,7 +162,7 @@ def test_the_readme_layout_is_the_layers_order():
     ones above it: the order of tests/test_layout.py's LAYERS, import by import."""
     from tests.test_layout import LAYERS, imported, layer_of
 
-    block = FENCE.search(section(README.read_text(), "## How it is put together")).group(2)
+    block = FENCE.search((DOC / "design.md").read_text()).group(2)
     lines = block.split("\ndreamer/\n")[1].splitlines()
     listed = [m[1] for line in lines if (m := re.match(r"  ([\w.]+/?) ", line + " "))]
     listed = [name.removesuffix("/").removesuffix(".py") for name in listed]
@@ -185,14 +188,14 @@ def ratio_range(results: dict, env: str) -> str:
 
 def test_the_collection_ratios_are_those_of_the_results_file():
     results = json.loads((RESULTS / "collect.json").read_text())
-    readme = section(README.read_text(), "### Collection")
+    readme = (DOC / "collection.md").read_text().split("\n## ")[0]
     assert "benchmarks/results/collect.json" in readme
     for env in ("crafter", "cartpole"):
         assert ratio_range(results, env) in readme, env
 
 
 def test_the_cpu_speed_figures_are_those_of_their_results_files():
-    speed = section(README.read_text(), "### Speed on a CPU")
+    speed = section((DOC / "collection.md").read_text(), "## Speed on a CPU")
     learner = json.loads((RESULTS / "learner_pixels12m_cpu.json").read_text())
     assert learner["model"] == "size12m" and (learner["batch"], learner["length"]) == (16, 64)
     seconds = 1 / learner["modes"]["fused"]["updates_per_s"]  # the CPU's default learner
@@ -250,68 +253,105 @@ def test_every_name_the_docs_place_in_a_file_is_defined_there():
         for match in NAMED_IN.finditer(doc.read_text()):
             path, name = (match[1], match[2]) if match[1] else (match[4], match[3])
             named.append((doc.relative_to(ROOT).as_posix(), path, name))
-    assert ("README.md", "dreamer/config.py", "RESUMABLE_KEYS") in named
+    assert ("docs/reliability.md", "dreamer/config.py", "RESUMABLE_KEYS") in named
     for doc, path, name in named:
         source = (ROOT / path).read_text()
         defined = rf"^\s*(?:def |class )?{name}\b\s*[(:=]"
         assert re.search(defined, source, re.M), f"{doc}: {path} defines no {name}"
 
 
-def cell_value(cell: str):
-    """A README default cell as a value: ``none`` is None, a backticked or bare literal is
-    read as YAML (``1,000,000`` without its commas), an explanation in brackets dropped."""
-    cell = cell.split(" (")[0].strip()
-    if cell == "none":
-        return None
-    literal = cell.strip("`")
-    return yaml.safe_load(
-        literal.replace(",", "") if re.fullmatch(r"[\d,.]+", literal) else literal
-    )
-
-
-def same(documented, actual) -> bool:
-    return documented == actual and isinstance(documented, bool) == isinstance(actual, bool)
-
-
-def test_the_readmes_default_columns_are_what_a_run_gets():
-    """Every `| key | default | meaning |` table of the README against `--cfg job` without
-    overrides (Crafter, size12m): a second copy of the schema's defaults that must agree."""
-    run = config.flatten(OmegaConf.to_container(config.load([])))
-    run["logger"] = run["logger.use"]  # the `logger=[...]` shorthand's row
+def table_rows(text: str) -> list[str]:
+    """The rows of every `| key | default | allowed | meaning |` table in ``text``."""
     rows, header = [], False
-    for line in README.read_text().splitlines():
-        if line.startswith("| key | default |"):
+    for line in text.splitlines():
+        if line.startswith("| key | default | allowed | meaning |"):
             header = True
         elif not line.startswith("|"):
             header = False
         elif header and not line.startswith("|---"):
-            rows.append(line.split(" | ")[:2])
-    checked = set()
-    for keys_cell, default_cell in rows:
-        keys = re.findall(r"`([^`]+)`", keys_cell)
-        if keys == ["learner.loss_scales.*"]:  # `rec` 1, `rew` 1, ...: a value per term
-            pairs = re.findall(r"`(\w+)` ([\d.]+)", default_cell)
-            values = {f"learner.loss_scales.{name}": float(v) for name, v in pairs}
-        else:
-            cells = default_cell.split(", ") if len(keys) > 1 else [default_cell]
-            cells = cells * len(keys) if len(cells) == 1 else cells  # one value for all
-            values = {key: cell_value(cell) for key, cell in zip(keys, cells, strict=True)}
-        for key, value in values.items():
-            checked.add(key)
-            if key in DERIVED:
-                assert run[key] is None or key == "run.logdir", key
+            rows.append(line)
+    return rows
+
+
+def test_the_key_tables_are_the_schemas():
+    """docs/configuration.md's tables are key_reference.markdown() (make docs), and the
+    README's key table is rows of them: one source, the schema's docstrings."""
+    from dreamer import key_reference
+
+    text = (DOC / "configuration.md").read_text()
+    start, end = text.index(key_reference.GENERATED), text.index(key_reference.END)
+    assert text[start : end + len(key_reference.END)] == key_reference.markdown(), "make docs"
+    generated = set(table_rows(key_reference.markdown()))
+    readme = table_rows(README.read_text())
+    assert len(readme) >= 5 and set(readme) <= generated, set(readme) - generated
+
+
+def test_every_key_is_documented_and_its_default_is_what_a_run_gets():
+    """Every key of every section and env option has a meaning, and the default the
+    reference shows is what `--cfg job` gives (per env option; the model's per preset)."""
+    from dreamer import key_reference
+
+    found = {}
+    for title, _, keys in key_reference.sections():
+        option = title.split("=")[1] if title.startswith("env=") else None
+        for key in keys:
+            assert key.meaning, f"{title}: {key.key} has no docstring"
+            found[(option, key.key)] = key.default
+    for option in [None, *config.options("env")]:
+        overrides = [f"env={option}"] if option else []
+        overrides += ["env.id=Acrobot-v1"] if option == "gym" else []  # gym has no default id
+        run = config.flatten(OmegaConf.to_container(config.load(overrides)))
+        for key, value in run.items():
+            if key == "env.name" or key.startswith("model."):
                 continue
-            assert same(value, run[key]), f"README: {key} {value!r}, a run gets {run[key]!r}"
-    assert {"run.steps", "collector.inference.timeout", "logger.wandb.entity"} <= checked
-    assert "learner.loss_scales.repval" in checked
+            where = (option or "crafter") if key.startswith("env.") else None
+            shown = found.get((where, key))
+            assert shown is not None, f"{key} (env={option}) is in no key table"
+            if key in DERIVED or (option == "gym" and key == "env.id"):
+                continue
+            assert shown == key_reference.shown(value, ""), (key, shown, value)
+    for key in leaf_keys():
+        if key.startswith("model.") and key != "model.name":
+            assert (None, key) in found, key
+
+
+def test_help_prints_every_key_with_its_default_meaning_and_allowed_values():
+    from dreamer import key_reference
+
+    result = subprocess.run(
+        [sys.executable, "-m", "dreamer.train", "--help"], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    flat = " ".join(result.stdout.split())
+    for title, _, keys in key_reference.sections():
+        assert f"{title}:" in result.stdout
+        for key in keys:
+            assert f"{key.key}={key.default} {key.meaning} [{key.allowed}]" in flat, key.key
 
 
 def test_the_minedojo_keys_defaults_are_what_env_minedojo_gets():
-    text = section(README.read_text(), "### MineDojo")
+    text = section((DOC / "envs.md").read_text(), "## MineDojo")
     env = OmegaConf.to_container(config.load(["env=minedojo"]).env)
     documented = dict(re.findall(r"`env\.(\w+)`\s+\((\d+)", text))
     assert {"max_steps", "image_size", "launch_timeout"} <= set(documented)
     for key, value in documented.items():
         assert float(value) == env[key], (
-            f"README: env.{key} ({value}), env=minedojo gets {env[key]}"
+            f"docs/envs.md: env.{key} ({value}), env=minedojo gets {env[key]}"
         )
+
+
+def test_the_readme_is_a_skim_that_links_the_reference():
+    """What it is, the two commands, what a run writes, the keys most people change and
+    where the rest lives, in under 100 lines; every docs/ file linked from it."""
+    text = README.read_text()
+    headings = re.findall(r"^## (.+)$", text, re.M)
+    assert headings == [
+        "The two commands",
+        "What a run writes",
+        "The keys most people change",
+        "Where the rest lives",
+    ]
+    assert len(text.splitlines()) < 100
+    linked = set(re.findall(r"\]\((docs/[\w.]+\.md)\)", text))
+    assert linked == {f"docs/{path.name}" for path in DOC.glob("*.md")}
+    assert "make train" in text and "make test" in text

@@ -25,7 +25,7 @@ from dreamer.runtime import checkpoint
 from tests.runs import run_trainer
 
 STANDINS = Path(__file__).resolve().parent / "standins"
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parent.parent / "docs" / "policy.md"
 CARTPOLE = ["experiment=smoke", "env=cartpole", "run.train_starts=200", "eval.every=0"]
 # (config overrides, gymnasium env factory) per environment kind
 ENVS = {
@@ -153,7 +153,7 @@ def test_act_drives_the_gymnasium_env_one_env_and_a_batch(tmp_path, kind):
 def readme_example() -> str:
     text = README.read_text()
     match = re.search(r"<!-- policy-example -->\n```python\n(.*?)```", text, re.S)
-    assert match, "README lost its policy example"
+    assert match, "docs/policy.md lost its policy example"
     example = match.group(1)
     assert len(example.strip().splitlines()) <= 13
     return example

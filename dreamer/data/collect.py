@@ -203,7 +203,7 @@ def path_note(has_images: bool) -> str | None:
 
 
 def pace_mode(configured: str, cpu_learner: bool) -> str:
-    """``collector.pace`` resolved. ``auto``: ``nice`` where the learner trains on the CPU
+    """``collector.pace`` resolved. ``auto``: ``stop`` where the learner trains on the CPU
     on few cores, which the env workers and the inference process share with it; ``none``
     where they have cores of their own or the learner is on a GPU (collection overlaps
     the update: the design's many-core node)."""

@@ -77,19 +77,24 @@ class Settings(EnvSettings):
     (the 200M-frame protocol: 96 x 96 gray frames, sticky actions, 30 no-ops, max over 2
     frames). ``experiment=atari100k`` sets ``env.atari100k``'s instead."""
 
-    game: str = f("pong")  # an ale-py ROM name: pong, ms_pacman, ... (official: atari_pong)
-    size: int = f(96, ">= 16")  # image side (env.atari.size: [96, 96])
-    gray: bool = f(True)  # one channel (env.atari.gray: True)
-    repeat: int = f(4, ">= 1")  # frames per action (env.atari.repeat: 4)
-    # repeat the previous action with probability 0.25 (env.atari.sticky: True)
+    game: str = f("pong")
+    """an ale-py ROM name: pong, ms_pacman, ... (official: atari_pong)"""
+    size: int = f(96, ">= 16")
+    """image side (official env.atari.size: [96, 96])"""
+    gray: bool = f(True)
+    """one channel (official env.atari.gray: True)"""
+    repeat: int = f(4, ">= 1")
+    """frames per action (official env.atari.repeat: 4)"""
     sticky: bool = f(True)
-    # up to this many random no-op frames after a reset (env.atari.noops: 30)
+    """repeat the previous action with probability 0.25 (official env.atari.sticky)"""
     noops: int = f(30, ">= 0")
-    # reset: a lost life ends the episode (env.atari.lives: unused)
+    """up to this many random no-op frames after a reset (official env.atari.noops)"""
     lives: str = f("unused", choices=("unused", "reset"))
-    # max over the last this many frames of a repeat (env.atari.pooling: 2, aggregate: max)
+    """reset: a lost life ends the episode (official env.atari.lives: unused)"""
     pooling: int = f(2, ">= 1")
-    actions: str = f("all", choices=("all", "minimal"))  # env.atari.actions: all
+    """max over the last this many frames of a repeat (official env.atari.pooling)"""
+    actions: str = f("all", choices=("all", "minimal"))
+    """all 18 actions or the game's minimal set (official env.atari.actions: all)"""
 
 
 def check(env) -> None:

@@ -103,7 +103,8 @@ class CrafterEnv(gymnasium.Env):
 
 @dataclass
 class Settings(EnvSettings):
-    size: int = f(64, ">= 16")  # image side
+    size: int = f(64, ">= 16")
+    """image side"""
 
 
 def make(env, seed: int) -> CrafterEnv:

@@ -65,9 +65,13 @@ class CueEnv(gym.Env):
 
 @dataclass
 class Settings(EnvSettings):
-    cues: int = f(4, ">= 2")  # number of cues
-    pixels: bool = f(False)  # the cue as an image instead of a one-hot vector
-    size: int = f(64, ">= 16")  # image side (pixels)
+    cues: int = f(4, ">= 2")
+    """cues the task draws from (and actions): reward 1 when the action names the cue
+    shown"""
+    pixels: bool = f(False)
+    """the cue as an image instead of a one-hot vector"""
+    size: int = f(64, ">= 16")
+    """image side (with pixels)"""
 
 
 def make(env, seed: int) -> CueEnv:

@@ -135,10 +135,14 @@ class DMCEnv(gymnasium.Env):
 
 @dataclass
 class Settings(EnvSettings):
-    task: str = f("walker_walk")  # <domain>_<task>, e.g. cartpole_balance
+    task: str = f("walker_walk")
+    """<domain>_<task>, e.g. cartpole_balance"""
     obs: str = f("proprio", choices=("proprio", "vision", "both"))
-    size: int = f(64, ">= 16")  # image side (vision)
-    repeat: int = f(1, ">= 1")  # action repeat (env steps per agent step)
+    """what the agent sees: the proprioceptive vector, rendered frames, or both"""
+    size: int = f(64, ">= 16")
+    """image side (vision)"""
+    repeat: int = f(1, ">= 1")
+    """action repeat (simulator steps per agent step)"""
 
 
 def make(env, seed: int) -> DMCEnv:

@@ -20,12 +20,18 @@ from dreamer.schema import f, installed, mapping
 
 @dataclass
 class Settings(EnvSettings):
-    id: str = f()  # a registered gymnasium id, or package.module:Id-v0 (imported first)
-    kwargs: dict[str, Any] = mapping()  # keyword arguments of gymnasium.make
-    size: int = f(0, ">= 0")  # resize image observations to size x size; 0 = keep
-    gray: bool = f(False)  # gray images (one channel)
-    repeat: int = f(1, ">= 1")  # action repeat
-    pixels: bool = f(False)  # render the env to frames
+    id: str = f()
+    """a registered gymnasium id, or package.module:Id-v0 (imported first)"""
+    kwargs: dict[str, Any] = mapping()
+    """keyword arguments of gymnasium.make"""
+    size: int = f(0, ">= 0")
+    """resize image observations to size x size; 0 = keep"""
+    gray: bool = f(False)
+    """gray images (one channel)"""
+    repeat: int = f(1, ">= 1")
+    """action repeat"""
+    pixels: bool = f(False)
+    """render the env to frames (its observations become images)"""
 
 
 def make(env, seed: int) -> gymnasium.Env:

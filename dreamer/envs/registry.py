@@ -21,9 +21,12 @@ from dreamer.schema import f, installed
 class EnvSettings:
     """The keys every env has."""
 
-    name: str = f()  # the kind: a row of KINDS
-    length: int = f(check=">= 0")  # episode step cap; 0 = the env's own limit
+    name: str = f()
+    """the env kind (set by env=)"""
+    length: int = f(check=">= 0")
+    """episode step cap (a truncation); 0 = the env's own limit"""
     reward_scale: float = f(1.0, "> 0")
+    """factor on every reward the env gives (torchrl's RewardScaling)"""
 
 
 @dataclass(frozen=True)
