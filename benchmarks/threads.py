@@ -55,6 +55,9 @@ LAYOUTS = {
     "learner2": (["learner.threads=2"], {}),
     "learner2_passive": (["learner.threads=2"], {"OMP_WAIT_POLICY": "PASSIVE"}),
     "learner1_inference2": (["learner.threads=1", "collector.threads=2"], {}),
+    # the 16 envs in 4 processes / 1 (torchrl serves their policy from a driver thread)
+    "grouped4": (["collector.envs_per_worker=4"], {}),
+    "grouped16": (["collector.envs_per_worker=16"], {}),
 }
 
 

@@ -154,6 +154,14 @@ class Trainer:
 
         return wait_until(enough, f"{count} metrics rows past env step {past}", timeout, self)
 
+    def wait_updates(self, timeout: float = 300) -> list[dict]:
+        """Its training rows once one shows a learner update: training is under way."""
+
+        def begun() -> list[dict] | None:
+            return training(read_metrics(self.logdir, live=True))
+
+        return wait_until(begun, "a metrics row after an update", timeout, self)
+
     def kill(self) -> set[int]:
         """SIGKILL the trainer alone (its children are left to notice); returns them."""
         children = descendants(self.pid)
@@ -168,6 +176,11 @@ class Trainer:
         """USR1 (a preemption): it checkpoints and exits; its exit code."""
         self.process.send_signal(signal.SIGUSR1)
         return self.wait(timeout)
+
+
+def training(rows: list[dict]) -> list[dict] | None:
+    """``rows`` once one of them shows a learner update, else None."""
+    return rows if any(row.get("updates", 0) > 0 for row in rows) else None
 
 
 def read_metrics(logdir: Path, which: str = "train", live: bool = False) -> list[dict]:

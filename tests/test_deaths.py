@@ -74,8 +74,7 @@ def test_children_die_and_the_run_goes_on(tmp_path):
     run.wait_for(r"render worker pids: (\d+)", 2)
     # the new server serves the learner's pushes (a push to a stopped server, timed out:
     # tests/test_pace.py, where the moment of the stop can be chosen)
-    run.wait_for(r"(learner update takes)")
-    rows = run.wait_rows()
+    rows = run.wait_updates()
     version_at_replacement = run.wait_rows(past=rows[-1]["env_steps"])[-1]["policy_version"]
     # the evaluation process, killed as soon as it shows (most likely mid-evaluation)
     os.kill(int(run.wait_for(r"evaluation process pid: (\d+)")), signal.SIGKILL)

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from dreamer.runtime import checkpoint, signals
-from tests.runs import QUICK, UNTIL_STOPPED, ignores_usr1, read_metrics
+from tests.runs import QUICK, UNTIL_STOPPED, ignores_usr1, read_metrics, training
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER = ROOT / "tests" / "slurm_cluster.sh"
@@ -113,7 +113,10 @@ def test_preemptions_before_and_right_after_a_worker_replacement_checkpoint_and_
         subprocess.run(["scancel", "--signal=USR1", "--batch", job_id], env=slurm, check=True)
 
     try:
-        wait_for("learner update takes")
+        deadline = time.monotonic() + 300  # training under way: a row after an update
+        while not training(read_metrics(logdir, live=True)):
+            assert time.monotonic() < deadline, output.read_text()[-3000:]
+            time.sleep(0.2)
         preempt()
         wait_for("SLURM_RESTART_COUNT=1")
         victim = int(wait_for(r"env worker pids: (\d+)", 2))  # the resumed run's first workers
