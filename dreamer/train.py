@@ -135,9 +135,16 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
         logdir,
     )
     speed_note = CpuSpeedNote(cfg, world.main and device.type == "cpu", start)
-    if speed_note.enabled and not world.distributed:  # ranks would wait for each other
+    early = StopSignals()  # a stop during the timed update: the loop acts on it at once
+    interrupted = False
+    # not across ranks (each would wait for the others), nor for a run without updates
+    if speed_note.enabled and not world.distributed and speed_note.updates() > 0:
         batch = random_batch(parts.spaces, cfg.replay.batch, cfg.replay.length)
-        speed_note.start(learner.timed_update(batch), "an update timed before collection")
+        try:
+            with early:
+                speed_note.start(learner.timed_update(batch), "an update timed before collection")
+        except KeyboardInterrupt:  # the learner is as it was: the loop checkpoints it
+            interrupted = True
     collector.start()
     evaluation = None
     if world.main and 0 < cfg.eval.every <= cfg.run.steps:  # an evaluation is due
@@ -170,6 +177,9 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
     stopping = False  # a stop signal reached some rank
     try:
         with StopSignals() as stop, frozen_heap(freeze=cfg.run.gc_freeze) as gc_stats:
+            stop.received = stop.received or early.received
+            if interrupted:
+                raise KeyboardInterrupt
             for _ in timers.waiting(collector):
                 env_steps, stopping, ready = steps(
                     parts.episodes.worker_steps, bool(stop.received), replay.can_sample()

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from dreamer.runtime import signals
+from dreamer.runtime import checkpoint, signals
 from tests.runs import QUICK, UNTIL_STOPPED, Trainer, read_metrics, run_module, run_trainer
 
 
@@ -72,6 +72,38 @@ def test_ctrl_c_to_the_whole_terminal_group_is_one_clean_stop(tmp_path):
     last = trainer.text().strip().splitlines()[-1]
     assert "interrupted: checkpoint written; resume it with: python -m dreamer.train" in last
     assert last.endswith(f"run.logdir={logdir.resolve()}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_during_the_timed_update_at_start_is_a_clean_stop(tmp_path, stop):
+    """The CPU estimate times an update before collection starts (seconds on a real
+    model): a stop then is acted on as in the loop, with a checkpoint of the learner as
+    it was and the command that resumes the run (without its handler, SIGTERM killed
+    the run silently)."""
+    logdir = tmp_path / "run"
+    size1m = ("model=size1m", "replay.batch=16", "replay.length=64")
+    trainer = Trainer(
+        logdir,
+        *QUICK,
+        *size1m,
+        UNTIL_STOPPED,
+        log=tmp_path / "run.log",
+        session=True,
+        interruptible=True,
+    )
+    trainer.wait_for(r"(training size1m on cue)")
+    os.killpg(trainer.pid, stop)
+    assert "learner update takes" not in trainer.text()  # it landed before the note
+    expected = signals.REQUEUE_EXIT if stop == signal.SIGTERM else signals.INTERRUPT_EXIT
+    assert trainer.wait(300) == expected, trainer.tail()
+    text = trainer.text()
+    assert_quiet(text)
+    # SIGTERM sets a flag: the timed update finishes first; Ctrl-C cuts it short
+    assert ("learner update takes" in text) == (stop == signal.SIGTERM)
+    assert f"run.logdir={logdir.resolve()}" in text.strip().splitlines()[-1]
+    state = checkpoint.load(checkpoint.latest(logdir))
+    assert state["learner"]["updates"] == 0  # the timed updates left no trace
 
 
 @pytest.mark.slow

@@ -215,12 +215,14 @@ class Learner:
         statistics, counters and torch's random state. How long a run will take, before
         it has data. Not across ranks: each would wait for the others' gradients."""
         state = copy.deepcopy(self.state_dict())
-        with torch.random.fork_rng(devices=[]):
-            for _ in range(2):
-                started = time.perf_counter()
-                self.update(batch)
-                seconds = time.perf_counter() - started
-        self.load_state_dict(state)
+        try:
+            with torch.random.fork_rng(devices=[]):
+                for _ in range(2):
+                    started = time.perf_counter()
+                    self.update(batch)
+                    seconds = time.perf_counter() - started
+        finally:  # also after Ctrl-C inside an update: the run checkpoints this learner
+            self.load_state_dict(state)
         return seconds
 
     def _skip_update(self) -> None:
