@@ -4,6 +4,7 @@ started for these tests by tests/slurm_cluster.sh and stopped by pid afterwards)
 If the cluster cannot start, these tests fail with the daemon logs: never skipped.
 """
 
+import contextlib
 import os
 import re
 import signal
@@ -83,6 +84,16 @@ def wait_until_done(slurm: dict, job_id: str, logdir: Path, timeout: float = 400
     pytest.fail(f"job {job_id} not done in {timeout} s:\n{output.read_text()[-3000:]}")
 
 
+def crash(job_id: str) -> None:
+    """SIGKILL every process of the job (on the cluster's only node): a crash. A cancel
+    would not do: ``scancel`` sends SIGTERM first, which the job script takes for a
+    preemption (a checkpoint and a requeue) once the trainer handles it."""
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        with contextlib.suppress(OSError):
+            if f"SLURM_JOB_ID={job_id}".encode() in environ.read_bytes().split(b"\0"):
+                os.kill(int(environ.parent.name), signal.SIGKILL)
+
+
 def test_preemptions_before_and_right_after_a_worker_replacement_checkpoint_and_requeue(
     slurm, tmp_path
 ):
@@ -93,8 +104,8 @@ def test_preemptions_before_and_right_after_a_worker_replacement_checkpoint_and_
     it kills them before the checkpoint. Each stop checkpoints and requeues.
 
     The job trains with no step limit, so no machine is fast enough to finish it before
-    the test has preempted it twice; once the third run resumed, the job is cancelled
-    (SIGKILL, a crash) and a second job on the same run directory finishes the run with
+    the test has preempted it twice; once the third run resumed, the job crashes (every
+    process of it SIGKILLed) and a second job on the same run directory finishes the run with
     a metrics row every log interval and nothing duplicated."""
     logdir = tmp_path / "run"
     job_id = submit(slurm, logdir, *SMOKE, UNTIL_STOPPED, f"run.logdir={logdir}")
@@ -130,6 +141,7 @@ def test_preemptions_before_and_right_after_a_worker_replacement_checkpoint_and_
         wait_for("SLURM_RESTART_COUNT=2")
         wait_for(r"resuming from checkpoint", 2)  # the third run is training
     finally:  # a job left running would outlive this test's cluster
+        crash(job_id)
         subprocess.run(["scancel", "--signal=KILL", "--full", job_id], env=slurm, timeout=30)
     assert wait_until_done(slurm, job_id, logdir)["Restarts"] == "2"
     text = output.read_text()
