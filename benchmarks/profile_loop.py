@@ -40,6 +40,11 @@ from update_ours import Ours  # noqa: E402
 from dreamer.learning.learner import Learner  # noqa: E402
 
 PRESET = ["experiment=dmc_proprio_cpu", "env.task=cartpole_balance"]
+GAP = 0.05  # s between two updates beyond which collection ran between them
+
+
+def mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 class LoopProfile:
@@ -50,6 +55,8 @@ class LoopProfile:
         self.after, self.count = after, count
         self.seen = 0
         self.walls: list[float] = []
+        self.unprofiled: list[tuple[float | None, float]] = []  # (gap before it, its wall)
+        self.last_end: float | None = None
         self.events: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])
         self.original = Learner.update
 
@@ -64,7 +71,13 @@ class LoopProfile:
                     target = functools.reduce(getattr, path.split("."), learner)
                     profile_update.label(target, method, name)
             if not profiler.after < profiler.seen <= profiler.after + profiler.count + 1:
-                return profiler.original(learner, batch)
+                started = time.perf_counter()
+                result = profiler.original(learner, batch)
+                ended = time.perf_counter()
+                gap = started - profiler.last_end if profiler.last_end else None
+                profiler.unprofiled.append((gap, ended - started))
+                profiler.last_end = ended
+                return result
             with profile(activities=[ProfilerActivity.CPU]) as prof:
                 started = time.perf_counter()
                 result = profiler.original(learner, batch)
@@ -100,7 +113,13 @@ class LoopProfile:
             entry = kinds[profile_update.kind(key)]
             entry["ms"] += us / 1e3 / n
             entry["calls"] += count // n
+        steady = self.unprofiled[self.after :]  # past the profiled ones (and compiling)
+        after_collection = [wall for gap, wall in steady if gap is not None and gap > GAP]
+        within_burst = [wall for gap, wall in steady if gap is not None and gap <= GAP]
         return {
+            "unprofiled_s_first_of_burst": mean(after_collection),
+            "unprofiled_s_within_burst": mean(within_burst),
+            "unprofiled_updates": [len(after_collection), len(within_burst)],
             "profiled_ms_per_update": total,
             "wall_s_per_update_profiled": self.walls,
             "phases_ms": phases,
@@ -155,6 +174,11 @@ def main(argv: list[str]) -> int:
         ours.update()
     alone = profile_update.profile_updates(ours, args.updates)
     print(side_by_side(loop, alone))
+    print(
+        f"unprofiled updates in the run: first of a burst {loop['unprofiled_s_first_of_burst']}"
+        f" s, within a burst {loop['unprofiled_s_within_burst']} s"
+        f" ({loop['unprofiled_updates']} updates)"
+    )
     result = {
         "loop": loop,
         "alone": alone,

@@ -77,14 +77,37 @@ def inference_server(collector):
     return collector._server
 
 
+def push_weights(collector, weights, timeout: float) -> None:
+    """``weights`` into the served policy: through the inference process's own push
+    (bounded by ``timeout``), or, for a server thread in the driver (grouped envs), copied
+    under its model lock (which bumps the policy version as a push does)."""
+    server = collector._server
+    if hasattr(server, "update_model_weights"):
+        server.update_model_weights(weights, timeout=timeout)
+    else:
+
+        def copy(model) -> None:
+            with torch.no_grad():
+                TensorDict.from_module(model).update_(weights)
+
+        server.update_model(copy)
+
+
 def worker_pids(collector) -> list[int]:
-    return [worker.pid for worker in collector._workers]
+    """The env worker processes: torchrl's own, or with grouped envs
+    (``envs_per_worker`` > 1) those of its ``AsyncEnvPool``, whose list is named
+    ``threads``: the collector's workers are then driver threads feeding the pool."""
+    workers = collector._workers
+    if workers and not hasattr(workers[0], "pid"):
+        workers = collector._env_pool.threads
+    return [worker.pid for worker in workers]
 
 
 def inference_server_process(collector):
-    """The server's ``multiprocessing.Process``: its pid for the log, its exit code to
-    tell a killed server from one torchrl shut down after a worker failed."""
-    return collector._server._process
+    """The server's ``multiprocessing.Process`` (None for a server thread in the driver,
+    as with grouped envs): its pid for the log, its exit code to tell a killed server
+    from one torchrl shut down after a worker failed."""
+    return getattr(collector._server, "_process", None)
 
 
 # -- the Evaluator's process backend: a thread driving a one-worker collector, built at

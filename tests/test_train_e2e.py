@@ -245,3 +245,21 @@ def test_metrics_say_where_the_loop_time_goes(smoke_run):
             assert row["time/update_s_per_update"] <= row["time/s_per_update"]
     summary = [line for line in result.stderr.splitlines() if "loop time:" in line]
     assert len(summary) == 1 and all(f"{phase} " in summary[0] for phase in phases)
+
+
+@pytest.mark.slow
+def test_grouped_env_workers_train_with_pushes_to_a_server_thread(tmp_path):
+    """``collector.envs_per_worker`` > 1: torchrl's workers are driver threads feeding an
+    env pool of processes, and the policy is served from a driver thread. The run logs
+    the pool's processes (it paces those), pushes weights to the thread server and
+    reaches its steps (it crashed at its first batch: a worker thread has no pid)."""
+    logdir = tmp_path / "run"
+    grouped = ("run.envs=4", "collector.envs_per_worker=2", "run.steps=800", "eval.every=0")
+    result = run_trainer(logdir, *QUICK, *grouped)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_metrics(logdir)
+    assert rows[-1]["env_steps"] == 800 and rows[-1]["updates"] > 0
+    assert rows[-1]["policy_version"] > 1  # the pushes reached the served policy
+    assert len(re.search(r"env worker pids: ([\d ]+)", result.stderr)[1].split()) == 2
+    noise = [line for line in result.stderr.splitlines() if re.search(r"WARN|ERROR|Trace", line)]
+    assert not noise, noise

@@ -296,7 +296,7 @@ class SelfHealingCollector:
             return
         weights = TensorDict.from_module(policy).detach().clone()  # as torchrl's own push
         try:
-            compat.inference_server(self.current).update_model_weights(weights, timeout=timeout)
+            compat.push_weights(self.current, weights, timeout)
         except TimeoutError as error:
             log.warning(
                 "weight push: %s (waited %.0f s); the policy keeps its weights until the next push",
@@ -321,8 +321,9 @@ class SelfHealingCollector:
                 pids = compat.worker_pids(collector)
                 log.info("env worker pids: %s", " ".join(map(str, pids)))
                 server = compat.inference_server_process(collector)
-                log.info("inference server pid: %s", server.pid)
-                self.pids = [*pids, server.pid]
+                if server is not None:
+                    log.info("inference server pid: %s", server.pid)
+                self.pids = [*pids, *([server.pid] if server is not None else [])]
                 if self.pace == "nice":
                     lower_priority(self.pids)
                 for batch in itertools.chain([first], batches):
