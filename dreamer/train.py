@@ -135,16 +135,7 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
         logdir,
     )
     speed_note = CpuSpeedNote(cfg, world.main and device.type == "cpu", start)
-    early = StopSignals()  # a stop during the timed update: the loop acts on it at once
-    interrupted = False
-    # not across ranks (each would wait for the others), nor for a run without updates
-    if speed_note.enabled and not world.distributed and speed_note.updates() > 0:
-        batch = random_batch(parts.spaces, cfg.replay.batch, cfg.replay.length)
-        try:
-            with early:
-                speed_note.start(learner.timed_update(batch), "an update timed before collection")
-        except KeyboardInterrupt:  # the learner is as it was: the loop checkpoints it
-            interrupted = True
+    early, interrupted = estimate_at_start(speed_note, learner, parts.spaces, cfg, world)
     collector.start()
     evaluation = None
     if world.main and 0 < cfg.eval.every <= cfg.run.steps:  # an evaluation is due
@@ -257,6 +248,23 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
         return signals.REQUEUE_EXIT
     log.info("done: %d env steps, %d updates", steps.env_steps, learner.updates)
     return 0
+
+
+def estimate_at_start(speed_note, learner, spaces, cfg, world: World) -> tuple[StopSignals, bool]:
+    """Without a GPU, the run's estimate from an update timed before collection starts
+    (not across ranks: each would wait for the others; not for a run without updates).
+    Returns the stop signals that came meanwhile (the loop acts on them at once) and
+    whether Ctrl-C cut it short (the learner is as it was: the loop checkpoints it)."""
+    early = StopSignals()
+    if not (speed_note.enabled and not world.distributed and speed_note.updates() > 0):
+        return early, False
+    batch = random_batch(spaces, cfg.replay.batch, cfg.replay.length)
+    try:
+        with early:
+            speed_note.start(learner.timed_update(batch), "an update timed before collection")
+    except KeyboardInterrupt:
+        return early, True
+    return early, False
 
 
 def resume_command(argv: list[str], logdir: Path) -> str:

@@ -32,24 +32,25 @@ QUICK = (
 )
 
 
-def trainer_command(logdir: Path, *overrides: str) -> list[str]:
-    """``python -m dreamer.train`` with ``overrides``, writing to ``logdir``, no progress bar."""
+def trainer_command(logdir: Path, *overrides: str, progress: bool = False) -> list[str]:
+    """``python -m dreamer.train`` with ``overrides``, writing to ``logdir``, without a
+    progress bar unless asked."""
     return [
         sys.executable,
         "-m",
         "dreamer.train",
         *overrides,
         f"run.logdir={logdir}",
-        "run.progress=false",
+        f"run.progress={str(progress).lower()}",
     ]
 
 
 def run_trainer(
-    logdir: Path, *overrides: str, timeout: float = 600, preexec_fn=None
+    logdir: Path, *overrides: str, timeout: float = 600, preexec_fn=None, progress: bool = False
 ) -> subprocess.CompletedProcess:
     """The trainer run to its end; its output captured."""
     return subprocess.run(
-        trainer_command(logdir, *overrides),
+        trainer_command(logdir, *overrides, progress=progress),
         capture_output=True,
         text=True,
         timeout=timeout,

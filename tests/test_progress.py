@@ -3,13 +3,12 @@ upd_s=0.00 while updates ran), and shows every update it is told of."""
 
 import io
 import re
-import subprocess
 import time
 
 import pytest
 
 from dreamer.outputs import logs
-from tests.runs import trainer_command
+from tests.runs import run_trainer
 
 
 def test_a_resumed_runs_bar_rates_its_own_updates(monkeypatch):
@@ -44,19 +43,9 @@ def test_the_eta_agrees_with_the_start_estimate_once_updates_run(tmp_path):
     comes before collection, and every redraw of the bar from the 10th update on gives
     an ETA within 2x of that estimate for the updates left (before: tqdm's env-step rate
     gave ETAs that swung 13x)."""
-    result = subprocess.run(
-        [
-            *trainer_command(tmp_path / "run", "experiment=smoke", "env=cartpole"),
-            "run.train_starts=200",
-            "run.steps=260",
-            "run.train_ratio=512",
-            "eval.every=0",
-            "run.progress=true",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    overrides = ("experiment=smoke", "env=cartpole", "run.train_starts=200", "run.steps=260")
+    overrides += ("run.train_ratio=512", "eval.every=0")
+    result = run_trainer(tmp_path / "run", *overrides, timeout=300, progress=True)
     assert result.returncode == 0, result.stderr[-3000:]
     screen = result.stderr.replace("\r", "\n")
     note = re.search(r"takes ([\d.]+) s on this CPU .* needs ~([\d,]+) more updates", screen)

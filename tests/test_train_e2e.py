@@ -19,7 +19,7 @@ from PIL import Image
 from dreamer.envs.crafter import ACHIEVEMENTS
 from dreamer.runtime import checkpoint
 from dreamer.train import main
-from tests.runs import QUICK, UNTIL_STOPPED, read_metrics, run_trainer
+from tests.runs import QUICK, UNTIL_STOPPED, read_metrics, run_module, run_trainer
 
 LOSS_TERMS = ("loss_model_reco", "loss_model_reward", "loss_actor", "loss_value")
 
@@ -184,20 +184,8 @@ def test_smoke_evaluates_periodically_and_writes_every_report(smoke_run):
 def test_evaluate_writes_reports_for_the_latest_checkpoint(smoke_run, tmp_path):
     logdir = tmp_path / "run"
     shutil.copytree(smoke_run[0], logdir, ignore=shutil.ignore_patterns("eval"))
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dreamer.evaluate",
-            f"run.logdir={logdir}",
-            "eval.episodes=3",
-            "eval.max_steps=40",
-            "eval.render_workers=0",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    arguments = ("eval.episodes=3", "eval.max_steps=40", "eval.render_workers=0")
+    result = run_module("dreamer.evaluate", f"run.logdir={logdir}", *arguments)
     assert result.returncode == 0, result.stderr[-3000:]
     step = checkpoint.load(checkpoint.latest(logdir))["steps"]["env_steps"]
     folder = logdir / "evaluate" / f"{step:012d}"  # beside training's eval/, not over it
