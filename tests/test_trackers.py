@@ -223,6 +223,10 @@ def test_wandb_offline_files_hold_the_metrics_and_a_resume_appends(tmp_path, mon
             tracker.metrics(row["env_steps"], row)
         tracker.close()
         assert not tracker.failed
+        # wandb names a run's directory by its start's whole second: a resume within the
+        # same second reuses the first part's directory and file (a trainer needs seconds
+        # to start, this loop does not)
+        time.sleep(1.05 - time.time() % 1)
     run_id = tracked_run_id(tmp_path, "wandb")
     files = sorted((tmp_path / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb"))
     assert len(files) == 2, "the resume logs to the same run id"
