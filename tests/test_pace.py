@@ -4,6 +4,8 @@ forked from one preloaded forkserver: real runs, read through /proc."""
 import contextlib
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -17,13 +19,16 @@ from dreamer.data import collect
 from dreamer.learning.learner import learner_threads
 from tests.runs import (
     QUICK,
+    ROOT,
     UNTIL_STOPPED,
     Trainer,
+    alive,
     all_gone,
     command_line,
     descendants,
     parent,
     read_metrics,
+    trainer_command,
 )
 
 
@@ -170,6 +175,54 @@ def test_a_driver_killed_while_it_holds_the_collection_stopped_leaves_no_process
         time.sleep(0.002)
     trainer.kill()
     assert all_gone(children, timeout=30) == []
+
+
+def pending_signals(pid: int) -> int:
+    """The mask of signals pending for the whole process (ShdPnd in /proc/<pid>/status)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    line = next(line for line in status.splitlines() if line.startswith("ShdPnd:"))
+    return int(line.split()[1], 16)
+
+
+@pytest.mark.slow
+def test_a_stopped_collector_process_outlives_the_hangup_of_its_orphaned_group(tmp_path):
+    """A launcher that backgrounds the run and exits orphans the run's process group;
+    with a member stopped, the kernel hangs the group up (SIGHUP, then SIGCONT), and
+    pace=stop holds the collector stopped most of the time: its stopped processes died
+    of it and the run replaced its collector. Here the test stops one env worker itself
+    (the pace leaves it stopped), so the hangup is certain to come."""
+    log, pidfile, release = tmp_path / "log", tmp_path / "pid", tmp_path / "release"
+    command = shlex.join(trainer_command(tmp_path / "run", *QUICK, UNTIL_STOPPED))
+    # set -m: the subshell is a job, a process group of its own in the session, and the
+    # trainer its member; the subshell's exit orphans that group
+    script = (
+        f"set -m; ( {command} > {log} 2>&1 & echo $! > {pidfile}; "
+        f"until [ -e {release} ]; do sleep 0.01; done ); exec sleep 600"
+    )
+    session = subprocess.Popen(["bash", "-c", script], cwd=ROOT, start_new_session=True)
+    try:
+        until(pidfile.exists, timeout=30)
+        driver = int(pidfile.read_text())
+        until(lambda: "inference server pid:" in log.read_text(), timeout=300)
+        worker = int(re.search(r"env worker pids: (\d+)", log.read_text())[1])
+        os.kill(worker, signal.SIGSTOP)
+        until(lambda: collect.stopped(worker))
+        launcher = parent(driver)
+        release.touch()
+        until(lambda: parent(driver) != launcher)  # the subshell is gone
+        until(lambda: not collect.stopped(worker))  # the hangup's SIGCONT
+        assert alive(worker), log.read_text()[-3000:]
+        assert pending_signals(worker) & 1 << (signal.SIGHUP - 1)  # it came, blocked
+        rows = len(read_metrics(tmp_path / "run", live=True))
+        until(lambda: len(read_metrics(tmp_path / "run", live=True)) > rows + 1, timeout=120)
+        assert "replacing the collector" not in log.read_text()
+        os.kill(driver, signal.SIGTERM)
+        until(lambda: not alive(driver), timeout=120)
+    finally:
+        session.kill()
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    assert "stopped by signal" in log.read_text()
 
 
 def until(condition, timeout: float = 10) -> None:

@@ -314,7 +314,8 @@ class SelfHealingCollector:
             collector, server = self.current, None
             try:
                 batches = iter(collector)
-                with children_keep_signals():  # torchrl starts its processes here
+                # torchrl starts its processes here
+                with children_keep_signals(stopped=self.pace == "stop"):
                     first = next(batches, DONE)  # batches are None: they went to replay
                 if first is DONE:
                     return

@@ -49,10 +49,14 @@ class StopSignals:
 
 
 @contextlib.contextmanager
-def children_keep_signals():
+def children_keep_signals(stopped: bool = False):
     """Processes started inside (the collector's, the evaluation process, the render
     pool, and their replacements) never act on SIGINT, and ignore what the run's first
-    children ignore.
+    children ignore. ``stopped``: children this process will stop (``collector.pace=stop``)
+    never act on SIGHUP either: when the shell that started the run exits (a launcher
+    script that backgrounds it) while they are stopped, they are the stopped members of an
+    orphaned process group, which the kernel hangs up (SIGHUP, then SIGCONT), and the run
+    lost its collector to it. They die with the driver instead (``die_with_parent``).
 
     The first children start before ``StopSignals`` and inherit SIG_IGN for what the
     launcher ignores (USR1 under SLURM, which signals every process of the job step).
@@ -66,6 +70,7 @@ def children_keep_signals():
     # Ctrl-C reaches the terminal's whole process group: the driver stops the run and
     # ends its children, which would otherwise each print a KeyboardInterrupt traceback
     blocked = [signal.SIGINT, *(stop.ignored() if stop is not None else [])]
+    blocked += [signal.SIGHUP] if stopped else []
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
     try:
         yield
