@@ -20,6 +20,10 @@ processes counts 1/n in each, so shared pages count once) and its peak process c
 --obs vector --model size1m --modes compiled experiment=dmc_proprio_cpu`` at 1 and 2
 threads, run after the layouts: "the run" table in
 benchmarks/README.md compares the loop's seconds per update with the best of them.
+``--repeat N`` runs N rounds of every layout (and the update alone), interleaved so that
+the machine's drift reaches each alike (a fresh process's update varies 0.39-0.49 s here
+run to run); the table then gives each figure's median over the rounds and
+``loop / best alone`` per round.
 Prints a table and writes ``--json`` (default ``benchmarks/results/the_run_dmc_proprio_cpu.json``).
 """
 
@@ -30,6 +34,7 @@ import json
 import os
 import platform
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -158,6 +163,24 @@ def alone(threads: int, workdir: Path) -> float | None:
     return 1 / json.loads(path.read_text())["modes"]["compiled"]["updates_per_s"]
 
 
+def merged(runs: list[dict]) -> dict:
+    """One layout's rounds: each figure's median (a failed round: its error)."""
+    if failed := [r for r in runs if "error" in r]:
+        return failed[0]
+    result = dict(runs[0])
+    for key, value in runs[0].items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            result[key] = statistics.median(r[key] for r in runs)
+    return result
+
+
+def loop_over_alone(one_round: dict, name: str) -> float | None:
+    """A round's loop seconds per update over the best update alone of that round."""
+    layout, isolated = one_round["layouts"][name], one_round["alone_s_per_update"]
+    best = min((s for s in isolated.values() if s), default=None)
+    return layout["loop_s_per_update"] / best if best and "error" not in layout else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layouts", nargs="+", choices=list(LAYOUTS), default=list(LAYOUTS))
@@ -168,28 +191,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--alone", action="store_true", help="also the update alone, 1 and 2 threads"
     )
+    parser.add_argument("--repeat", type=int, default=1, help="interleaved rounds")
     parser.add_argument("overrides", nargs="*", help="more overrides for every layout")
     args = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="threads-"))
     (workdir / "warm").mkdir()
     print("warming the compile cache (untimed)", flush=True)
     run("default", 2000, 0, workdir / "warm", args.overrides)
-    results = {}
-    for name in args.layouts:
-        results[name] = run(name, args.steps, args.skip, workdir, args.overrides, args.sample)
-        print(name, json.dumps(results[name]), flush=True)
-    isolated = {n: alone(n, workdir) for n in (1, 2)} if args.alone else {}
-    best = min((s for s in isolated.values() if s), default=None)
-    print(f"\nthe update alone (s): {isolated}" if isolated else "")
+    rounds = []
+    for index in range(args.repeat):
+        here = workdir / f"round{index}"
+        here.mkdir()
+        layouts = {}
+        for name in args.layouts:
+            layouts[name] = run(name, args.steps, args.skip, here, args.overrides, args.sample)
+            print(index, name, json.dumps(layouts[name]), flush=True)
+        isolated = {n: alone(n, here) for n in (1, 2)} if args.alone else {}
+        print(f"{index} the update alone (s): {isolated}" if isolated else "", flush=True)
+        rounds.append({"layouts": layouts, "alone_s_per_update": isolated})
+    results = {name: merged([r["layouts"][name] for r in rounds]) for name in args.layouts}
     columns = ["layout", "pace", "learner threads", "s/update in the loop", "update's own"]
-    columns += ["loop / best alone", "peak PSS GB", "processes", "env steps/s"]
+    columns += ["loop / best alone (per round)", "peak PSS GB", "processes", "env steps/s"]
     print("| " + " | ".join(columns) + " |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name, r in results.items():
         if "error" in r:
             print(f"| {name} | failed: {r['error']} | | | | | | | |")
             continue
-        ratio = f"{r['loop_s_per_update'] / best:.2f}" if best else "-"
+        ratios = [loop_over_alone(one, name) for one in rounds]
+        ratio = ", ".join(f"{x:.2f}" for x in ratios if x) or "-"
         print(
             f"| {name} | {r['pace']} | {r['learner_threads']} | {r['loop_s_per_update']:.3f} | "
             f"{r['s_per_update']:.3f} | {ratio} | {r['peak_pss_bytes'] / 1e9:.2f} | "
@@ -209,7 +239,12 @@ def main(argv: list[str] | None = None) -> int:
         },
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "layouts": results,
-        "alone_s_per_update": {str(n): s for n, s in isolated.items()},
+        "alone_s_per_update": {
+            str(n): statistics.median(r["alone_s_per_update"][n] for r in rounds)
+            for n in (1, 2)
+            if args.alone and all(r["alone_s_per_update"][n] for r in rounds)
+        },
+        "rounds": rounds,
     }
     path.write_text(json.dumps(report, indent=1) + "\n")
     return 0
