@@ -39,6 +39,7 @@ from dreamer.runtime.cores import usable_cores
 from dreamer.runtime.dist import World, process_group
 from dreamer.runtime.heap import frozen_heap
 from dreamer.runtime.lock import RunLock, RunLockedError
+from dreamer.runtime.malloc import keep_freed_memory
 from dreamer.runtime.schedules import Clock
 from dreamer.runtime.signals import StopSignals
 from dreamer.runtime.timing import CpuSpeedNote, LoopTimers
@@ -124,13 +125,14 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
         log.info(note)  # a note on speed, not a problem with this run
     writer = MetricsWriter.from_config(cfg, logdir) if world.main else None
     log.info(
-        "training %s on %s (learner: %d torch threads of %d usable cores, OpenMP %s; "
-        "collection pace while it updates: %s), logging to %s",
+        "training %s on %s (learner: %d torch threads of %d usable cores, OpenMP %s, "
+        "malloc %s; collection pace while it updates: %s), logging to %s",
         cfg.model.name,
         cfg.env.name,
         torch.get_num_threads(),
         usable_cores(),
         " ".join(f"{k}={v}" for k, v in OPENMP.items()) or "as the environment sets it",
+        "keeps freed memory" if keep_freed_memory() else "as glibc or the environment sets it",
         pace,
         logdir,
     )

@@ -18,6 +18,7 @@ from dreamer.errors import ConfigError
 from dreamer.learning.fused import FusedDreamerV3Loss
 from dreamer.runtime.cores import usable_cores
 from dreamer.runtime.dist import GradientAverager, World
+from dreamer.runtime.malloc import keep_freed_memory
 
 
 class NonFiniteError(RuntimeError):
@@ -135,6 +136,7 @@ class Learner:
     weights stay bit-identical on all ranks."""
 
     def __init__(self, agent: Agent, learner_cfg, device: torch.device, world: World = World()):
+        keep_freed_memory()  # the update's tensors reused, not page-faulted in each update
         self.agent = agent
         self.device = device
         if device.type == "cuda":
