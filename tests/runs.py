@@ -328,13 +328,19 @@ def forked_runs(
     return done
 
 
-def ignores_usr1(pid: int) -> bool:
-    """Is USR1 ignored or blocked in process ``pid`` (Linux /proc)?"""
+def signal_mask(pid: int, field: str) -> int:
+    """A signal mask of process ``pid`` from /proc/<pid>/status: ``SigIgn`` (ignored),
+    ``SigBlk`` (blocked), ``ShdPnd`` (pending for the whole process); signal n is bit n-1."""
     fields = dict(
         line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
     )
+    return int(fields[field], 16)
+
+
+def ignores_usr1(pid: int) -> bool:
+    """Is USR1 ignored or blocked in process ``pid`` (Linux /proc)?"""
     bit = 1 << (signal.SIGUSR1 - 1)
-    return bool((int(fields["SigIgn"], 16) | int(fields["SigBlk"], 16)) & bit)
+    return bool((signal_mask(pid, "SigIgn") | signal_mask(pid, "SigBlk")) & bit)
 
 
 def fill(folder: Path, leave: int = 0) -> Path:

@@ -28,6 +28,7 @@ from tests.runs import (
     descendants,
     parent,
     read_metrics,
+    signal_mask,
     trainer_command,
 )
 
@@ -177,13 +178,6 @@ def test_a_driver_killed_while_it_holds_the_collection_stopped_leaves_no_process
     assert all_gone(children, timeout=30) == []
 
 
-def pending_signals(pid: int) -> int:
-    """The mask of signals pending for the whole process (ShdPnd in /proc/<pid>/status)."""
-    status = Path(f"/proc/{pid}/status").read_text()
-    line = next(line for line in status.splitlines() if line.startswith("ShdPnd:"))
-    return int(line.split()[1], 16)
-
-
 @pytest.mark.slow
 def test_a_stopped_collector_process_outlives_the_hangup_of_its_orphaned_group(tmp_path):
     """A launcher that backgrounds the run and exits orphans the run's process group;
@@ -212,7 +206,7 @@ def test_a_stopped_collector_process_outlives_the_hangup_of_its_orphaned_group(t
         until(lambda: parent(driver) != launcher)  # the subshell is gone
         until(lambda: not collect.stopped(worker))  # the hangup's SIGCONT
         assert alive(worker), log.read_text()[-3000:]
-        assert pending_signals(worker) & 1 << (signal.SIGHUP - 1)  # it came, blocked
+        assert signal_mask(worker, "ShdPnd") & 1 << (signal.SIGHUP - 1)  # it came, blocked
         rows = len(read_metrics(tmp_path / "run", live=True))
         until(lambda: len(read_metrics(tmp_path / "run", live=True)) > rows + 1, timeout=120)
         assert "replacing the collector" not in log.read_text()
