@@ -324,7 +324,7 @@ class SelfHealingCollector:
                 server = compat.inference_server_process(collector)
                 if server is not None:
                     log.info("inference server pid: %s", server.pid)
-                self.pids = [*pids, *([server.pid] if server is not None else [])]
+                self.pids = pids + ([server.pid] if server is not None else [])
                 if self.pace == "nice":
                     lower_priority(self.pids)
                 for batch in itertools.chain([first], batches):
