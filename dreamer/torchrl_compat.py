@@ -93,6 +93,15 @@ def push_weights(collector, weights, timeout: float) -> None:
         server.update_model(copy)
 
 
+def share_pending_weights(collector) -> None:
+    """The copy of the weights ``update_policy_weights_`` keeps for the inference
+    process until it starts, moved into shared memory in the calling thread (see
+    ``SelfHealingCollector.push``)."""
+    pending = getattr(collector, "_pending_weights", None)
+    if pending is not None:
+        pending.share_memory_()
+
+
 def worker_pids(collector) -> list[int]:
     """The env worker processes: torchrl's own, or with grouped envs
     (``envs_per_worker`` > 1) those of its ``AsyncEnvPool``, whose list is named

@@ -9,6 +9,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -284,21 +285,24 @@ print(json.dumps(seen))
     assert json.loads(done.stdout) == expected
 
 
-def acting_collector(pace: str) -> collect.SelfHealingCollector:
+def acting_collector(
+    pace: str, *overrides: str, start_weights: bool = False
+) -> collect.SelfHealingCollector:
     """The trainer's collector on the cue task (2 env workers and an inference process),
-    its batches returned rather than stored."""
+    its batches returned rather than stored; ``start_weights``: the policy's weights
+    handed to it as the trainer does, for its first step."""
     from omegaconf import OmegaConf
 
     from dreamer.agent.build import latent_sizes
     from dreamer.config import load
     from dreamer.envs.make import describe_env
 
-    cfg = load(["experiment=cue", "run.envs=2"])
+    cfg = load(["experiment=cue", "run.envs=2", *overrides])
     env = OmegaConf.to_container(cfg.env)
     spaces, _ = describe_env(env, 0)
 
     def make(_replacements: int):
-        return collect.make_collector(
+        collector = collect.make_collector(
             env=env,
             model=cfg.model,
             spaces=spaces,
@@ -308,6 +312,9 @@ def acting_collector(pace: str) -> collect.SelfHealingCollector:
             seed=0,
             replay=None,
         )
+        if start_weights:
+            collect.hand_start_weights(collector, result.policy)
+        return collector
 
     result = collect.SelfHealingCollector(make, pace=pace)
     result.policy = collect.build_policy(cfg.model, spaces, seed=1, threads=1)
@@ -354,3 +361,38 @@ def test_a_push_to_a_server_stopped_before_the_burst_times_out_and_lands_on_resu
         with contextlib.suppress(ProcessLookupError):
             os.kill(collector.pids[-1], signal.SIGCONT)
         collector.shutdown()
+
+
+def native_threads() -> int:
+    """This process's threads that Python did not start (libgomp's, OpenBLAS's, ...)."""
+    return len(os.listdir("/proc/self/task")) - threading.active_count()
+
+
+@pytest.mark.slow
+def test_a_weight_push_starts_no_openmp_team_beside_the_learners():
+    """A push hands the weights to a queue whose feeder thread pickles them; pickling a
+    tensor outside shared memory copies it there in that thread, and a parallel copy
+    starts that thread's own OpenMP team, kept for the rest of the run (libgomp then
+    counts more OpenMP threads than CPUs and cuts every wait of the learner's team to a
+    short spin). The weights handed to the collector for its start, and pushes that
+    landed, leave the process's native threads as they were."""
+    threads = torch.get_num_threads()
+    # weights a copy runs in parallel
+    collector = acting_collector("none", "model=size1m", start_weights=True)
+    torch.set_num_threads(2)  # the learner's team: the feeder's would be as wide
+    torch.randn(1 << 20).mul_(2)  # ... and started now, before counting
+    collector.start()  # the processes: the weights go with the first batch
+    try:
+        before = native_threads()
+        batches = iter(collector)
+        assert int(next(batches)["policy_version"].max()) == 1  # acts with the start weights
+        assert native_threads() == before
+        for version in (2, 3):
+            collector.push(collector.policy, timeout=60)
+            deadline = time.monotonic() + 120
+            while int(next(batches)["policy_version"].max()) < version:
+                assert time.monotonic() < deadline, "the push never landed"
+        assert native_threads() == before
+    finally:
+        collector.shutdown()
+        torch.set_num_threads(threads)

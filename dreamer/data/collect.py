@@ -96,6 +96,13 @@ def check_machine(collector) -> None:
         )
 
 
+def hand_start_weights(collector: AsyncBatchedCollector, policy) -> None:
+    """``policy``'s weights for the inference process to act with from its first step
+    (torchrl applies them as it starts it), already in shared memory: see ``push``."""
+    collector.update_policy_weights_(policy)
+    compat.share_pending_weights(collector)
+
+
 def make_collector(
     *,
     env,
@@ -294,7 +301,12 @@ class SelfHealingCollector:
         if self.held:
             self.deferred = (policy, timeout)
             return
-        weights = TensorDict.from_module(policy).detach().clone()  # as torchrl's own push
+        # a copy, as torchrl's own push makes (the queue pickles it later, in its feeder
+        # thread), in shared memory already: pickling an unshared tensor copies it there
+        # in the feeder thread, whose parallel copy starts an OpenMP team of its own for
+        # the rest of the run, and past as many OpenMP threads as CPUs libgomp cuts every
+        # wait of the learner's team to a short spin (+6% per update on 2 cores)
+        weights = TensorDict.from_module(policy).detach().clone().share_memory_()
         try:
             compat.push_weights(self.current, weights, timeout)
         except TimeoutError as error:

@@ -11,7 +11,12 @@ import torch
 
 from dreamer.agent.build import Agent, build_agent, latent_sizes
 from dreamer.agent.spaces import EnvSpaces
-from dreamer.data.collect import SelfHealingCollector, check_machine, make_collector
+from dreamer.data.collect import (
+    SelfHealingCollector,
+    check_machine,
+    hand_start_weights,
+    make_collector,
+)
 from dreamer.data.episodes import EpisodeStats
 from dreamer.data.replay import SequenceReplay, action_heads, row_bytes
 from dreamer.envs.make import describe_env, env_config
@@ -94,7 +99,7 @@ def build_parts(
             gpu=f"cuda:{world.local_rank}",  # this rank's GPU, for static-batch inference
         )
         collector.post_collect_hook = episodes
-        collector.update_policy_weights_(agent.policy)
+        hand_start_weights(collector, agent.policy)
         return collector
 
     relaunches = Relaunches()
