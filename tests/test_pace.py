@@ -251,9 +251,9 @@ def test_pace_stop_continues_only_what_it_stopped(tmp_path):
 @pytest.mark.parametrize(
     ("environment", "expected"),
     [
-        ({}, {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": "300000"}),
+        ({}, {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": "1000"}),
         ({"OMP_WAIT_POLICY": "PASSIVE"}, {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": None}),
-        ({"GOMP_SPINCOUNT": "1000"}, {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": "1000"}),
+        ({"GOMP_SPINCOUNT": "300000"}, {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": "300000"}),
     ],
 )
 def test_the_trainer_sets_the_openmp_spin_before_torch_loads(environment, expected):

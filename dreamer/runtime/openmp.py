@@ -1,14 +1,15 @@
 """The trainer's OpenMP spin, set before torch loads libgomp (which reads it then).
 
-libgomp lets a thread that waits for work spin ~3 ms before it sleeps on a futex, but
-only while the process has no more OpenMP threads than CPUs; past that it spins ~100
-iterations. The trainer's driver passes that count (a second thread that ran a parallel
-op, torchrl's thread serving the probe policy, keeps a team of its own), so on 2 cores
-each of the ~16,000 operators of a CPU update woke its second thread through a futex:
-the update took 0.83 s in the loop against 0.43 s alone, 0.53-0.57 s with the full spin
-(benchmarks/README.md, "The run"). ``OMP_WAIT_POLICY=ACTIVE`` with ``GOMP_SPINCOUNT``
-at libgomp's own default gives every wait the ~3 ms spin; a thread still sleeps once
-its team idles longer (between update bursts). A user's own setting of either wins.
+libgomp lets a thread that waits for work spin a while (``GOMP_SPINCOUNT`` iterations,
+~3 ms by default) before it sleeps on a futex, but only while the process has no more
+OpenMP threads than CPUs; past that, 1,000 iterations under ``OMP_WAIT_POLICY=ACTIVE``
+and 100 without. Each of the ~16,000 operators of a CPU update makes the learner's
+second thread wait: at 100 iterations it slept on a futex each time, and the update took
+0.83 s in the loop against 0.43 s alone. ``OMP_WAIT_POLICY=ACTIVE`` with
+``GOMP_SPINCOUNT=1000`` gives every wait that short spin, measured best in the loop
+(2-core runs of ``benchmarks/threads.py``, 0.52-0.54 s per update; 0.56-0.61 s with the
+~3 ms default, which a thread spinning between operators of its own update is only worth
+alone: benchmarks/README.md, "The run"). A user's own setting of either wins.
 
 A learner on a GPU gets ``OMP_WAIT_POLICY=PASSIVE`` instead: its few host threads
 only sample and launch kernels, and a spinning team would take the cores its env
@@ -22,7 +23,7 @@ import os
 import sys
 from pathlib import Path
 
-SPIN = {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": "300000"}  # libgomp's default count
+SPIN = {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": "1000"}
 SLEEP = {"OMP_WAIT_POLICY": "PASSIVE"}
 NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")  # one folder per GPU the driver sees
 
