@@ -373,9 +373,9 @@ def test_a_weight_push_starts_no_openmp_team_beside_the_learners():
     """A push hands the weights to a queue whose feeder thread pickles them; pickling a
     tensor outside shared memory copies it there in that thread, and a parallel copy
     starts that thread's own OpenMP team, kept for the rest of the run (libgomp then
-    counts more OpenMP threads than CPUs and cuts every wait of the learner's team to a
-    short spin). The weights handed to the collector for its start, and pushes that
-    landed, leave the process's native threads as they were."""
+    counts more OpenMP threads than CPUs and ignores the spin the trainer chose). The
+    weights handed to the collector for its start, and pushes that landed, leave the
+    process's native threads as they were."""
     threads = torch.get_num_threads()
     # weights a copy runs in parallel
     collector = acting_collector("none", "model=size1m", start_weights=True)

@@ -304,8 +304,8 @@ class SelfHealingCollector:
         # a copy, as torchrl's own push makes (the queue pickles it later, in its feeder
         # thread), in shared memory already: pickling an unshared tensor copies it there
         # in the feeder thread, whose parallel copy starts an OpenMP team of its own for
-        # the rest of the run, and past as many OpenMP threads as CPUs libgomp cuts every
-        # wait of the learner's team to a short spin (+6% per update on 2 cores)
+        # the rest of the run, and past as many OpenMP threads as CPUs libgomp ignores the
+        # spin the trainer chose for the learner's team (dreamer/runtime/openmp.py)
         weights = TensorDict.from_module(policy).detach().clone().share_memory_()
         try:
             compat.push_weights(self.current, weights, timeout)

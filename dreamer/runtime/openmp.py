@@ -7,9 +7,10 @@ and 100 without. Each of the ~16,000 operators of a CPU update makes the learner
 second thread wait: at 100 iterations it slept on a futex each time, and the update took
 0.83 s in the loop against 0.43 s alone. ``OMP_WAIT_POLICY=ACTIVE`` with
 ``GOMP_SPINCOUNT=1000`` gives every wait that short spin, measured best in the loop
-(2-core runs of ``benchmarks/threads.py``, 0.52-0.54 s per update; 0.56-0.61 s with the
-~3 ms default, which a thread spinning between operators of its own update is only worth
-alone: benchmarks/README.md, "The run"). A user's own setting of either wins.
+(2-core runs of ``benchmarks/threads.py``, 0.52-0.54 s per update; 0.56-0.61 s with
+libgomp's ~3 ms default, which wins only for the update alone: benchmarks/README.md,
+"The run"). The driver keeps one OpenMP team so that this count holds
+(``SelfHealingCollector.push``). A user's own setting of either wins.
 
 A learner on a GPU gets ``OMP_WAIT_POLICY=PASSIVE`` instead: its few host threads
 only sample and launch kernels, and a spinning team would take the cores its env
