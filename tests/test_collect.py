@@ -5,6 +5,9 @@ The cue env's observations come from its own seeded generator, whatever the acti
 each worker's stream of observations is known in advance while a real (sampling)
 DreamerV3 policy acts."""
 
+import os
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -110,3 +113,41 @@ def test_start_up_note_names_a_cheap_vector_env_on_few_cores(monkeypatch):
     assert path_note(has_images=True) is None  # Crafter-like: async wins
     monkeypatch.setattr("os.sched_getaffinity", lambda _: set(range(16)))
     assert path_note(has_images=False) is None
+
+
+BUILD_AND_STEP = """
+import importlib, sys
+from omegaconf import OmegaConf
+from dreamer.agent.build import latent_sizes
+from dreamer.config import load
+from dreamer.data import collect
+cfg = load(sys.argv[1:])
+env = OmegaConf.to_container(cfg.env)
+for name in collect.forkserver_preload(env)[:-1]:  # not the heap's freeze
+    importlib.import_module(name)
+before = {name.split(".")[0] for name in sys.modules}
+collect.make_env(env, 0, latent_sizes(cfg.model)).rollout(5)
+print(sorted({name.split(".")[0] for name in sys.modules} - before))
+"""
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [["experiment=dmc_proprio_cpu", "env.task=cartpole_balance"], ["experiment=atari100k"]],
+    ids=["dmc", "atari"],
+)
+def test_an_env_worker_imports_nothing_its_forkserver_did_not(overrides):
+    """A package an env worker imports after its fork is a private copy in each of the
+    16 (pandas, through tensordict's ``from_any``, cost each ~31 MB; dm_control.suite's
+    scipy and lxml ~13 MB): building and stepping an env after the forkserver's preload
+    imports no new top-level package."""
+    done = subprocess.run(
+        [sys.executable, "-c", BUILD_AND_STEP, *overrides],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import itertools
 import logging
 import os
@@ -77,12 +78,19 @@ def spread_affinity(worker: int) -> list[int]:
 def forkserver_preload(env) -> list[str]:
     """What the env workers and the inference process run, imported once by their
     forkserver: this module (torchrl's collector, the env maker, the acting policy), the
-    env kind's module and its simulator package, then the freeze of that heap."""
+    env kind's module, its simulator package and what building an env imports from it,
+    pandas where it is installed, then the freeze of that heap.
+
+    pandas: tensordict's ``TensorDict.from_any`` imports it (and with it pyarrow) at the
+    first dict it converts, which every env worker does at its first steps; imported
+    there, after the fork, it cost each of them ~31 MB of private memory."""
     kind = registry.kind(env["name"])
     return [
         __name__,
         kind.module,
         *([kind.package] if kind.package else []),
+        *([kind.preload] if kind.preload else []),
+        *(["pandas"] if importlib.util.find_spec("pandas") else []),
         "dreamer.runtime.forkserver_heap",
     ]
 

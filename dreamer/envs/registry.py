@@ -33,6 +33,9 @@ class EnvSettings:
 class EnvKind:
     module: str  # dreamer.envs.<module>
     package: str | None = None  # the import its extra provides
+    # what its envs import when built, preloaded by the env workers' forkserver so they
+    # share it rather than each holding a copy (dm_control.suite: scipy, lxml, ...)
+    preload: str | None = None
     install: str = ""  # how to get that package
     caps_episodes: bool = False  # env.length ends episodes here; the others end their own
     seeded_by_make: bool = False  # a seeding reset would start it (MineDojo launches Java)
@@ -48,12 +51,14 @@ KINDS = {
     "dmc": EnvKind(
         "dreamer.envs.dmc",
         package="dm_control",
+        preload="dm_control.suite",
         install="pip install -e '.[dmc]'",
         caps_episodes=True,
     ),
     "atari": EnvKind(
         "dreamer.envs.atari",
         package="ale_py",
+        preload="PIL.Image",  # the frames' resize (dreamer.envs.wrappers)
         install="pip install -e '.[atari]'",
         caps_episodes=True,
     ),
