@@ -77,13 +77,21 @@ def inference_server(collector):
     return collector._server
 
 
+# Weights bound for the inference process are copied into shared memory by the calling
+# (the learner's) thread: its control queue pickles them later, in a feeder thread, where
+# an unshared tensor is copied there by a parallel op that starts an OpenMP team of its
+# own for the rest of the run, and past as many OpenMP threads as CPUs libgomp ignores
+# the spin the trainer chose for the learner (dreamer/runtime/openmp.py).
+
+
 def push_weights(collector, weights, timeout: float) -> None:
-    """``weights`` into the served policy: through the inference process's own push
-    (bounded by ``timeout``), or, for a server thread in the driver (grouped envs), copied
-    under its model lock (which bumps the policy version as a push does)."""
+    """``weights`` (read now) into the served policy: a shared-memory copy through the
+    inference process's own push (bounded by ``timeout``), or, for a server thread in the
+    driver (grouped envs), copied under its model lock (which bumps the policy version as
+    a push does)."""
     server = collector._server
     if hasattr(server, "update_model_weights"):
-        server.update_model_weights(weights, timeout=timeout)
+        server.update_model_weights(weights.clone().share_memory_(), timeout=timeout)
     else:
 
         def copy(model) -> None:
@@ -95,8 +103,7 @@ def push_weights(collector, weights, timeout: float) -> None:
 
 def share_pending_weights(collector) -> None:
     """The copy of the weights ``update_policy_weights_`` keeps for the inference
-    process until it starts, moved into shared memory in the calling thread (see
-    ``SelfHealingCollector.push``)."""
+    process until it starts, moved into shared memory (see above)."""
     pending = getattr(collector, "_pending_weights", None)
     if pending is not None:
         pending.share_memory_()

@@ -106,7 +106,7 @@ def check_machine(collector) -> None:
 
 def hand_start_weights(collector: AsyncBatchedCollector, policy) -> None:
     """``policy``'s weights for the inference process to act with from its first step
-    (torchrl applies them as it starts it), already in shared memory: see ``push``."""
+    (torchrl applies them as it starts it), in shared memory (``compat.push_weights``)."""
     collector.update_policy_weights_(policy)
     compat.share_pending_weights(collector)
 
@@ -309,14 +309,8 @@ class SelfHealingCollector:
         if self.held:
             self.deferred = (policy, timeout)
             return
-        # a copy, as torchrl's own push makes (the queue pickles it later, in its feeder
-        # thread), in shared memory already: pickling an unshared tensor copies it there
-        # in the feeder thread, whose parallel copy starts an OpenMP team of its own for
-        # the rest of the run, and past as many OpenMP threads as CPUs libgomp ignores the
-        # spin the trainer chose for the learner's team (dreamer/runtime/openmp.py)
-        weights = TensorDict.from_module(policy).detach().clone().share_memory_()
         try:
-            compat.push_weights(self.current, weights, timeout)
+            compat.push_weights(self.current, TensorDict.from_module(policy).detach(), timeout)
         except TimeoutError as error:
             log.warning(
                 "weight push: %s (waited %.0f s); the policy keeps its weights until the next push",

@@ -10,7 +10,7 @@ second thread wait: at 100 iterations it slept on a futex each time, and the upd
 (2-core runs of ``benchmarks/threads.py``, 0.52-0.54 s per update; 0.56-0.61 s with
 libgomp's ~3 ms default, which wins only for the update alone: benchmarks/README.md,
 "The run"). The driver keeps one OpenMP team so that this count holds
-(``SelfHealingCollector.push``). A user's own setting of either wins.
+(``torchrl_compat.push_weights``). A user's own setting of either wins.
 
 A learner on a GPU gets ``OMP_WAIT_POLICY=PASSIVE`` instead: its few host threads
 only sample and launch kernels, and a spinning team would take the cores its env
