@@ -9,7 +9,7 @@ import torch
 from omegaconf import OmegaConf
 
 from dreamer.config import load
-from dreamer.envs.dmc import DMCEnv, choose_gl_backend
+from dreamer.envs.dmc import SKYBOX, DMCEnv, choose_gl_backend, split_task
 from dreamer.envs.make import make_env
 from dreamer.errors import ConfigError
 from dreamer.runtime import checkpoint
@@ -43,6 +43,27 @@ def test_vision_frames_come_from_the_official_camera(task, camera):
     expected = theirs.physics.render(64, 64, camera_id=camera)
     assert set(obs) == {"image"} and obs["image"].dtype == np.uint8
     np.testing.assert_array_equal(obs["image"], expected)
+
+
+@pytest.mark.parametrize("task", ["cartpole_balance", "reacher_easy", "walker_walk"])
+def test_a_proprio_env_holds_no_skybox_and_steps_as_the_suites_own(task):
+    from dm_control.suite import common
+
+    skybox = common.ASSETS[SKYBOX]
+    ours = DMCEnv(task, obs="proprio", seed=3)
+    assert common.ASSETS[SKYBOX] == skybox  # the suite's asset is left as it was
+    theirs = suite.load(*split_task(task), task_kwargs={"random": 3})
+    textures = ours._env.physics.model.tex_data.size, theirs.physics.model.tex_data.size
+    assert textures[0] * 20 < textures[1], textures
+    obs, _ = ours.reset()
+    time_step = theirs.reset()
+    actions = np.random.default_rng(0).uniform(-1, 1, (300, *theirs.action_spec().shape))
+    for action in actions:
+        obs, reward, *_ = ours.step(action)
+        time_step = theirs.step(action)
+        assert reward == time_step.reward
+        for key, value in time_step.observation.items():
+            np.testing.assert_array_equal(obs[key], np.asarray(value, np.float32).reshape(-1))
 
 
 def test_repeat_steps_the_physics_repeat_times_and_sums_rewards():

@@ -11,8 +11,10 @@ discount ends one as terminated.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes.util
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +27,23 @@ from dreamer.schema import f
 
 CAMERAS = {"quadruped": 2}  # the official DMC env's DEFAULT_CAMERAS; every other domain: 0
 ALIASES = {"cup": "ball_in_cup"}  # official task names use the short domain
+SKYBOX = "./common/skybox.xml"  # the suite's shared asset, in every domain's model but fish's
+
+
+@contextlib.contextmanager
+def skybox_of_one_texel():
+    """While a task loads, the suite's shared skybox as one texel per face instead of
+    800x800: an 11.5 MB texture every compiled model holds and only a renderer reads, which
+    each env worker of a proprio run paid in private memory. Textures do not enter the
+    dynamics: every suite task steps identically with it (tests/test_dmc_env.py)."""
+    from dm_control.suite import common
+
+    full = common.ASSETS[SKYBOX]
+    common.ASSETS[SKYBOX] = re.sub(rb'width="\d+" height="\d+"', b'width="1" height="1"', full)
+    try:
+        yield
+    finally:
+        common.ASSETS[SKYBOX] = full
 
 
 def choose_gl_backend(render: bool = True) -> str:
@@ -77,7 +96,8 @@ class DMCEnv(gymnasium.Env):
         from dm_control import suite
 
         domain, name = split_task(task, render)
-        self._env = suite.load(domain, name, task_kwargs={"random": seed})
+        with contextlib.nullcontext() if render else skybox_of_one_texel():
+            self._env = suite.load(domain, name, task_kwargs={"random": seed})
         self._proprio = obs in ("proprio", "both")
         self._vision = obs in ("vision", "both")
         self._size, self._repeat = size, repeat
@@ -106,6 +126,7 @@ class DMCEnv(gymnasium.Env):
         return obs
 
     def render(self) -> np.ndarray:
+        """The official camera's frame (a proprio env's sky is one texel per face)."""
         return self._env.physics.render(self._size, self._size, camera_id=self._camera)
 
     def reset(self, *, seed=None, options=None):
