@@ -27,6 +27,9 @@ from dreamer.schema import f
 
 CAMERAS = {"quadruped": 2}  # the official DMC env's DEFAULT_CAMERAS; every other domain: 0
 ALIASES = {"cup": "ball_in_cup"}  # official task names use the short domain
+# tasks that need a GL context even for proprio: quadruped_escape uploads its terrain's
+# height field to the renderer at every reset
+GL_TASKS = {"quadruped_escape"}
 SKYBOX = "./common/skybox.xml"  # the suite's shared asset, in every domain's model but fish's
 
 
@@ -76,6 +79,11 @@ def task_names(render: bool = False) -> dict[str, tuple[str, str]]:
     return {f"{domain}_{task}": (domain, task) for domain, task in suite.ALL_TASKS}
 
 
+def renders(obs: str, task: str) -> bool:
+    """Whether an env of ``obs`` on ``task`` needs a renderer (frames, or a GL task)."""
+    return obs in ("vision", "both") or task in GL_TASKS
+
+
 def split_task(name: str, render: bool = False) -> tuple[str, str]:
     """``walker_walk`` -> (walker, walk); KeyError for an unknown task."""
     names = task_names(render)
@@ -91,7 +99,7 @@ class DMCEnv(gymnasium.Env):
     def __init__(
         self, task: str, obs: str = "proprio", size: int = 64, repeat: int = 1, seed: int = 0
     ):
-        render = obs in ("vision", "both")
+        render = renders(obs, task)
         choose_gl_backend(render)
         from dm_control import suite
 
@@ -172,7 +180,7 @@ def make(env, seed: int) -> DMCEnv:
 
 def check(env) -> None:
     """A suite task (listing them loads dm_control, with no renderer for proprio)."""
-    render = env["obs"] in ("vision", "both")
+    render = renders(env["obs"], env["task"])
     try:
         split_task(env["task"], render)
     except KeyError:
