@@ -15,6 +15,7 @@ import contextlib
 import ctypes.util
 import os
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,22 +32,28 @@ ALIASES = {"cup": "ball_in_cup"}  # official task names use the short domain
 # height field to the renderer at every reset
 GL_TASKS = {"quadruped_escape"}
 SKYBOX = "./common/skybox.xml"  # the suite's shared asset, in every domain's model but fish's
+_SKYBOX_SWAP = threading.Lock()
 
 
 @contextlib.contextmanager
-def skybox_of_one_texel():
-    """While a task loads, the suite's shared skybox as one texel per face instead of
-    800x800: an 11.5 MB texture every compiled model holds and only a renderer reads, which
-    each env worker of a proprio run paid in private memory. Textures do not enter the
-    dynamics: every suite task steps identically with it (tests/test_dmc_env.py)."""
+def suite_skybox(rendered: bool):
+    """While a task loads: the suite's shared skybox as it is where the env renders, else
+    one texel per face instead of 800x800, an 11.5 MB texture every compiled model holds
+    and only a renderer reads, which each env worker of a proprio run paid in private
+    memory. Textures do not enter the dynamics: every suite task steps identically with
+    it (tests/test_dmc_env.py). One load at a time: grouped workers build envs on threads."""
     from dm_control.suite import common
 
-    full = common.ASSETS[SKYBOX]
-    common.ASSETS[SKYBOX] = re.sub(rb'width="\d+" height="\d+"', b'width="1" height="1"', full)
-    try:
-        yield
-    finally:
-        common.ASSETS[SKYBOX] = full
+    with _SKYBOX_SWAP:
+        full = common.ASSETS[SKYBOX]
+        if not rendered:
+            common.ASSETS[SKYBOX] = re.sub(
+                rb'width="\d+" height="\d+"', b'width="1" height="1"', full
+            )
+        try:
+            yield
+        finally:
+            common.ASSETS[SKYBOX] = full
 
 
 def choose_gl_backend(render: bool = True) -> str:
@@ -104,7 +111,7 @@ class DMCEnv(gymnasium.Env):
         from dm_control import suite
 
         domain, name = split_task(task, render)
-        with contextlib.nullcontext() if render else skybox_of_one_texel():
+        with suite_skybox(rendered=render):
             self._env = suite.load(domain, name, task_kwargs={"random": seed})
         self._proprio = obs in ("proprio", "both")
         self._vision = obs in ("vision", "both")
