@@ -61,6 +61,8 @@ LAYOUTS = {
     "learner2_passive": (["learner.threads=2"], {"OMP_WAIT_POLICY": "PASSIVE"}),
     # libgomp's spin before a waiting thread sleeps (the trainer's: 1,000 iterations;
     # 300,000 is libgomp's own default)
+    "spin100": ([], {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": "100"}),
+    "spin3000": ([], {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": "3000"}),
     "spin30000": ([], {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": "30000"}),
     "spin300000": ([], {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": "300000"}),
     "learner1_inference2": (["learner.threads=1", "collector.threads=2"], {}),
