@@ -9,8 +9,8 @@ second thread wait: at 100 iterations it slept on a futex each time, and the upd
 ``GOMP_SPINCOUNT=1000`` gives every wait that short spin, measured best in the loop
 (2-core runs of ``benchmarks/threads.py``, 0.49-0.54 s per update; 0.56-0.61 s with
 libgomp's ~3 ms default, which wins only for the update alone, and 0.72 s at 100
-iterations: benchmarks/README.md, "The run"). The driver keeps one OpenMP team so that this count holds
-(``torchrl_compat.push_weights``). A user's own setting of either wins.
+iterations: benchmarks/README.md, "The run"). The driver keeps one OpenMP team so that
+this count holds (``torchrl_compat.push_weights``). A user's own setting of either wins.
 
 A learner on a GPU gets ``OMP_WAIT_POLICY=PASSIVE`` instead: its few host threads
 only sample and launch kernels, and a spinning team would take the cores its env
