@@ -61,10 +61,10 @@ LAYOUTS = {
     "learner2_passive": (["learner.threads=2"], {"OMP_WAIT_POLICY": "PASSIVE"}),
     # libgomp's spin before a waiting thread sleeps (the trainer's: 1,000 iterations;
     # 300,000 is libgomp's own default)
-    "spin100": ([], {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": "100"}),
-    "spin3000": ([], {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": "3000"}),
-    "spin30000": ([], {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": "30000"}),
-    "spin300000": ([], {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": "300000"}),
+    **{
+        f"spin{count}": ([], {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": str(count)})
+        for count in (100, 3000, 30000, 300000)
+    },
     "learner1_inference2": (["learner.threads=1", "collector.threads=2"], {}),
     # the 16 envs in 4 processes / 1 (torchrl serves their policy from a driver thread)
     "grouped4": (["collector.envs_per_worker=4"], {}),
