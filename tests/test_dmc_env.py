@@ -1,5 +1,6 @@
 """env=dmc: dm_control suite tasks, checked against dm_control's own environment."""
 
+import json
 import subprocess
 import sys
 
@@ -99,17 +100,16 @@ def test_a_proprio_task_that_needs_a_gl_context_gets_a_renderer():
     """quadruped_escape uploads its terrain to a GL context at each reset: with no
     renderer (what proprio picks) it raised at the first reset in every env worker."""
     probe = (
-        "import os; os.environ.pop('MUJOCO_GL', None); import numpy as np;"
+        "import json, os; os.environ.pop('MUJOCO_GL', None); import numpy as np;"
         "from dreamer.envs.dmc import DMCEnv; env = DMCEnv('quadruped_escape', seed=1);"
         "obs, _ = env.reset(); obs, reward, *_ = env.step(np.zeros(12, np.float32));"
-        "print(os.environ['MUJOCO_GL'], sorted(obs), np.isfinite(reward))"
+        "print(json.dumps([os.environ['MUJOCO_GL'], sorted(obs), bool(np.isfinite(reward))]))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
-    backend, *keys, finite = done.stdout.split()
-    assert backend in ("osmesa", "egl") and finite == "True"
-    expected = sorted(suite.load("quadruped", "escape").observation_spec())
-    assert [key.strip("[]',") for key in keys] == expected
+    backend, keys, finite = json.loads(done.stdout.splitlines()[-1])
+    assert backend in ("osmesa", "egl") and finite
+    assert keys == sorted(suite.load("quadruped", "escape").observation_spec())
 
 
 HIDE_OSMESA = """
