@@ -32,7 +32,8 @@ without autograd, shared critic logits), so "share" is executed FLOP/s over the 
 included) are timed apart from the updates.
 ``--json PATH`` writes {"device", "obs", "model", "batch", "length", "roof_flops_per_s",
 "modes": {"<mode>": {"updates_per_s", "replayed_steps_per_s", "flops_per_update",
-"flops_per_s", "roof_share", "setup_s"}}}.
+"flops_per_s", "roof_share", "setup_s", "seconds", with ``--placement`` "placement":
+{"near" | "far" | "mixed": {"n", "s"}}}}}.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 
 from flop_count import FlopCount  # noqa: E402  (this script's folder)
 from matmul_roof import roof  # noqa: E402
+from placement import Probe, by_placement, where  # noqa: E402
 
 from dreamer.agent.build import build_agent  # noqa: E402
 from dreamer.agent.spaces import EnvSpaces, ObsKey  # noqa: E402
@@ -161,6 +163,12 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--roof-size", type=int, default=2048, help="the roof's matmul size")
     parser.add_argument(
+        "--placement",
+        action="store_true",
+        help="CPU: probe where the host put the first two cores around each timed update "
+        "(benchmarks/placement.py) and report each mode's median per placement",
+    )
+    parser.add_argument(
         "overrides",
         nargs="*",
         help="config overrides after the options' (experiment=dmc_proprio_cpu: a run's model "
@@ -234,13 +242,20 @@ def main() -> int:
                   f"(set-up and warm-up {setup[name]:.0f} s)", flush=True)  # fmt: skip
 
     times: dict[str, list[float]] = {name: [] for name in learners}
+    probe = Probe() if args.placement and device.type == "cpu" else None
+    places: dict[str, list[str]] = {name: [] for name in learners}
     for _ in range(updates):  # interleaved: one update of every mode per round
         for name, learner in learners.items():
+            before = probe() if probe else 0.0
             started = time.perf_counter()
             learner.update(batch)
             if device.type == "cuda":
                 torch.cuda.synchronize()
             times[name].append(time.perf_counter() - started)
+            if probe:
+                places[name].append(where(before, probe()))
+    if probe:
+        probe.close()
     roof = max(roof_before, matmul_roof(device, args.roof_size))
 
     results = {}
@@ -255,6 +270,8 @@ def main() -> int:
             "setup_s": setup[name],
             "seconds": samples,
         }
+        if probe:
+            results[name]["placement"] = by_placement(samples, places[name])
     baseline = results["torchrl_eager"]["updates_per_s"]
     print(
         f"\n{args.obs}, {args.model}, batch {args.batch} x {args.length}, {device}, "

@@ -21,9 +21,16 @@ processes counts 1/n in each, so shared pages count once) and its peak process c
 threads, run after the layouts: "the run" table in
 benchmarks/README.md compares the loop's seconds per update with the best of them.
 ``--repeat N`` runs N rounds of every layout (and the update alone), interleaved so that
-the machine's drift reaches each alike (a fresh process's update varies 0.39-0.49 s here
-run to run); the table then gives each figure's median over the rounds and
-``loop / best alone`` per round.
+the machine's drift reaches each alike; the table then gives each figure's median over
+the rounds and ``loop / best alone`` per round.
+
+Most of that drift is the host's placement of the VM's two cores (benchmarks/placement.py:
+on one core complex or on two, flipping every few seconds to minutes), which moves a
+two-thread update by ~25%. So the loop's timed window is probed every 2 s, the update
+alone before and after each of its 16 timed updates (``benchmarks/learner.py
+--placement``), and the last column compares the loop with the update alone in the
+placement the loop mostly had (the one-thread update, which has no partner to wait for,
+counts in either).
 Prints a table and writes ``--json`` (default ``benchmarks/results/the_run_dmc_proprio_cpu.json``).
 """
 
@@ -45,6 +52,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.placement import PlacementSampler, summary  # noqa: E402
 from tests.runs import descendants, jsonl_rows  # noqa: E402
 
 PRESET = ["experiment=dmc_proprio_cpu", "env.task=cartpole_balance"]
@@ -134,11 +142,14 @@ def run(
         process = subprocess.Popen(
             command, cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=stderr
         )
-        sampler = TreeSampler(process.pid, sample)
+        sampler, placement = TreeSampler(process.pid, sample), PlacementSampler(every=2.0)
         sampler.start()
+        placement.start()
         process.wait()
+        ended = time.monotonic()
         sampler.done.set()
         sampler.join()
+        placement.stop()
     text = log.read_text()
     threads = re.search(r"learner: (\d+) torch threads", text)
     pace = re.search(r"collection pace while it updates: (\w+)", text)
@@ -153,20 +164,30 @@ def run(
     }
     if process.returncode != 0:
         return result | {"error": text.strip().splitlines()[-1:]}
-    return result | measure(jsonl_rows(logdir / "metrics.jsonl"), skip)
+    result |= measure(jsonl_rows(logdir / "metrics.jsonl"), skip)
+    return result | {"placement": timed_placement(placement, ended, result.get("timed_wall_s"))}
 
 
-def alone(threads: int, workdir: Path) -> float | None:
-    """Seconds per compiled size1m vector update, the update alone on ``threads``."""
+def timed_placement(placement: PlacementSampler, ended: float, seconds: float | None) -> dict:
+    """The cores' placement (benchmarks/placement.py) over the last ``seconds`` before
+    ``ended``: the timed window."""
+    since = ended - (seconds or 0)
+    return summary([ns for at, ns in placement.samples if at >= since])
+
+
+def alone(threads: int, workdir: Path) -> tuple[float | None, dict | None]:
+    """Seconds per compiled size1m vector update, the update alone on ``threads`` (the
+    median of 16), and the median per placement of the cores (``--placement``)."""
     path = workdir / f"alone{threads}.json"
     command = [sys.executable, "benchmarks/learner.py", "--obs", "vector", "--model", "size1m"]
-    command += ["--modes", "compiled", "--updates", "10", "--json", str(path), PRESET[0]]
+    command += ["--modes", "compiled", "--updates", "16", "--placement", "--json", str(path)]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    done = subprocess.run([*command, PRESET[0]], cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode != 0 or not path.exists():
         print(done.stderr[-2000:], file=sys.stderr)
-        return None
-    return 1 / json.loads(path.read_text())["modes"]["compiled"]["updates_per_s"]
+        return None, None
+    compiled = json.loads(path.read_text())["modes"]["compiled"]
+    return 1 / compiled["updates_per_s"], compiled.get("placement")
 
 
 def merged(runs: list[dict]) -> dict:
@@ -185,6 +206,23 @@ def loop_over_alone(one_round: dict, name: str) -> float | None:
     layout, isolated = one_round["layouts"][name], one_round["alone_s_per_update"]
     best = min((s for s in isolated.values() if s), default=None)
     return layout["loop_s_per_update"] / best if best and "error" not in layout else None
+
+
+def placed_ratio(one_round: dict, name: str) -> str:
+    """A round's loop seconds per update over the best update alone in the placement
+    the loop's timed window mostly had (benchmarks/placement.py), with that placement
+    and its share: the two-thread update alone differs by ~25% between them."""
+    layout = one_round["layouts"][name]
+    share = (layout.get("placement") or {}).get("far_share")
+    if share is None or "error" in layout:
+        return "-"
+    place = "far" if share >= 0.5 else "near"
+    placed = (one_round.get("alone_placement", {}).get(2) or {}).get(place, {}).get("s")
+    candidates = [s for s in (placed, one_round["alone_s_per_update"].get(1)) if s]
+    if not placed:
+        return f"- ({place} {share if place == 'far' else 1 - share:.0%}, none alone)"
+    ratio = layout["loop_s_per_update"] / min(candidates)
+    return f"{ratio:.2f} ({place} {share if place == 'far' else 1 - share:.0%})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -212,23 +250,29 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.layouts:
             layouts[name] = run(name, args.steps, args.skip, here, args.overrides, args.sample)
             print(index, name, json.dumps(layouts[name]), flush=True)
-        isolated = {n: alone(n, here) for n in (1, 2)} if args.alone else {}
-        print(f"{index} the update alone (s): {isolated}" if isolated else "", flush=True)
-        rounds.append({"layouts": layouts, "alone_s_per_update": isolated})
+        measured = {n: alone(n, here) for n in (1, 2)} if args.alone else {}
+        isolated = {n: seconds for n, (seconds, _) in measured.items()}
+        placements = {n: where for n, (_, where) in measured.items()}
+        print(f"{index} the update alone (s): {isolated} {placements}" if isolated else "")
+        rounds.append(
+            {"layouts": layouts, "alone_s_per_update": isolated, "alone_placement": placements}
+        )
     results = {name: merged([r["layouts"][name] for r in rounds]) for name in args.layouts}
     columns = ["layout", "pace", "learner threads", "s/update in the loop", "update's own"]
-    columns += ["loop / best alone (per round)", "peak PSS GB", "processes", "env steps/s"]
+    columns += ["loop / best alone (per round)", "the same in the loop's placement (per round)"]
+    columns += ["peak PSS GB", "processes", "env steps/s"]
     print("| " + " | ".join(columns) + " |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---" * len(columns) + "|")
     for name, r in results.items():
         if "error" in r:
-            print(f"| {name} | failed: {r['error']} | | | | | | | |")
+            print(f"| {name} | failed: {r['error']} |" + " |" * (len(columns) - 2))
             continue
         ratios = [loop_over_alone(one, name) for one in rounds]
         ratio = ", ".join(f"{x:.2f}" for x in ratios if x) or "-"
+        far = ", ".join(placed_ratio(one, name) for one in rounds)
         print(
             f"| {name} | {r['pace']} | {r['learner_threads']} | {r['loop_s_per_update']:.3f} | "
-            f"{r['s_per_update']:.3f} | {ratio} | {r['peak_pss_bytes'] / 1e9:.2f} | "
+            f"{r['s_per_update']:.3f} | {ratio} | {far} | {r['peak_pss_bytes'] / 1e9:.2f} | "
             f"{r['peak_processes']} | {r['env_steps_per_s']:.1f} |"
         )
     path = args.json or ROOT / "benchmarks" / "results" / "the_run_dmc_proprio_cpu.json"
