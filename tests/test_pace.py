@@ -224,7 +224,7 @@ def test_a_stopped_collector_process_outlives_the_hangup_of_its_orphaned_group(t
         session.kill()
         with contextlib.suppress(FileNotFoundError, ValueError):
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
-        for pid in tree:  # a worker left stopped would outlive its driver
+        for pid in tree:  # a stopped worker cannot notice that its driver is gone
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     assert "stopped by signal" in log.read_text()
