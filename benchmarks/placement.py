@@ -32,11 +32,12 @@ import time
 FAR_NS = 150
 
 
-def one_way_ns(cpus: tuple[int, int] | None = None, rounds: int = 20_000, chunk: int = 1_000):
-    """One-way hand-over time (ns) of a byte bounced between two pinned processes: the
-    median over chunks of ``chunk`` rounds (a chunk with a page fault or a preemption
-    in it reads high)."""
-    first, second = cpus or sorted(os.sched_getaffinity(0))[:2]
+def one_way_ns(rounds: int = 20_000) -> float:
+    """One-way hand-over time (ns) of a byte bounced between two processes pinned to the
+    first two usable CPUs: the median over chunks of up to 1,000 rounds (a chunk with a
+    page fault or a preemption in it reads high)."""
+    first, second = sorted(os.sched_getaffinity(0))[:2]
+    chunk = max(1, min(1_000, rounds // 10))
     view = memoryview(mmap.mmap(-1, mmap.PAGESIZE))
     allowed = os.sched_getaffinity(0)
     child = os.fork()
@@ -92,13 +93,13 @@ class Probe:
 def serve(rounds: int) -> int:
     """Answer each line on stdin with one probe."""
     for _ in sys.stdin:
-        print(one_way_ns(rounds=rounds, chunk=max(1, min(1_000, rounds // 10))), flush=True)
+        print(one_way_ns(rounds), flush=True)
     return 0
 
 
 class PlacementSampler(threading.Thread):
-    """``one_way_ns`` every ``every`` seconds until ``done`` is set: ``samples`` holds
-    (monotonic time, ns)."""
+    """A ``Probe`` every ``every`` seconds until ``stop``: ``samples`` holds (monotonic
+    time, ns)."""
 
     def __init__(self, every: float = 2.0):
         super().__init__(daemon=True)
@@ -107,13 +108,16 @@ class PlacementSampler(threading.Thread):
         self.done = threading.Event()
 
     def run(self) -> None:
-        while not self.done.wait(self.every):
-            self.samples.append((time.monotonic(), one_way_ns()))
+        probe = Probe()
+        try:
+            while not self.done.wait(self.every):
+                self.samples.append((time.monotonic(), probe()))
+        finally:
+            probe.close()
 
-    def stop(self) -> dict:
+    def stop(self) -> None:
         self.done.set()
         self.join()
-        return summary([ns for _, ns in self.samples])
 
 
 def summary(samples: list[float]) -> dict:

@@ -216,13 +216,12 @@ def placed_ratio(one_round: dict, name: str) -> str:
     share = (layout.get("placement") or {}).get("far_share")
     if share is None or "error" in layout:
         return "-"
-    place = "far" if share >= 0.5 else "near"
+    place, time_there = ("far", share) if share >= 0.5 else ("near", 1 - share)
     placed = (one_round.get("alone_placement", {}).get(2) or {}).get(place, {}).get("s")
-    candidates = [s for s in (placed, one_round["alone_s_per_update"].get(1)) if s]
     if not placed:
-        return f"- ({place} {share if place == 'far' else 1 - share:.0%}, none alone)"
-    ratio = layout["loop_s_per_update"] / min(candidates)
-    return f"{ratio:.2f} ({place} {share if place == 'far' else 1 - share:.0%})"
+        return f"- ({place} {time_there:.0%}, none alone)"
+    best = min(s for s in (placed, one_round["alone_s_per_update"].get(1)) if s)
+    return f"{layout['loop_s_per_update'] / best:.2f} ({place} {time_there:.0%})"
 
 
 def main(argv: list[str] | None = None) -> int:
