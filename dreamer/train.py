@@ -183,7 +183,8 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
                         with timers.phase("sample"):
                             batch = replay.sample()
                         started = time.perf_counter()
-                        losses.add(learner.update(batch))
+                        with signals.ctrl_c_after_block():
+                            losses.add(learner.update(batch))
                         timers.add("update", seconds := time.perf_counter() - started)
                         speed_note(seconds)
                         progress.update(env_steps, learner.updates)

@@ -3,6 +3,7 @@ losses and gradients on a fixed batch with fixed draws, for every kind of agent.
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 from dreamer.agent.build import build_agent
 from dreamer.config import load
@@ -82,3 +83,46 @@ def test_a_torchrl_rollout_checkpoint_resumes_under_fused():
     # gradients into up to one learning-rate step; fresh weights would be far apart
     for p, q in zip(resumed.loss.parameters(), written.loss.parameters()):
         torch.testing.assert_close(p, q, rtol=0, atol=2 * cfg.learner.lr)
+
+
+class _CutShortInSlowCritic(TorchFunctionMode):
+    """Raises ``raised`` at the first torch function handed one of ``slow`` weights
+    while they sit in ``critic``."""
+
+    def __init__(self, critic, slow, raised):
+        super().__init__()
+        self.critic = critic
+        self.slow = {weight.data_ptr() for weight in slow}
+        self.raised = raised
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        handed = any(isinstance(a, torch.Tensor) and a.data_ptr() in self.slow for a in args)
+        if handed and all(w.data_ptr() in self.slow for w in self.critic.parameters()):
+            raise self.raised("cut short inside the slow critic")
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, ValueError])
+def test_the_critic_keeps_its_own_weights_when_the_slow_critic_is_cut_short(raised):
+    """Ctrl-C (or an error) while the slow critic's weights sit in the critic: the same
+    exception reaches the loop, and the critic the run checkpoints is its own."""
+    cfg = load(["experiment=smoke", "env=cartpole"])
+    spaces, batch = real_batch(cfg, cfg.replay.batch, cfg.replay.length)
+    torch.manual_seed(0)
+    loss = build_agent(cfg.model, cfg.learner, spaces).loss
+    fused = FusedDreamerV3Loss(loss)
+    value_loss = loss.value_loss
+    with torch.no_grad():  # a slow critic unlike the critic
+        for slow in value_loss.target_value_model_params.values(True, True):
+            slow.add_(1.0)
+    own = {name: p.detach().clone() for name, p in value_loss.value_model.named_parameters()}
+    slow = list(value_loss.target_value_model_params.values(True, True))
+    critic = value_loss.value_model
+    with pytest.raises(raised, match="cut short"), _CutShortInSlowCritic(critic, slow, raised):
+        fused(batch.clone())
+    slow_pointers = {weight.data_ptr() for weight in slow}
+    weights = dict(value_loss.value_model.named_parameters())
+    assert weights.keys() == own.keys()  # its Parameters, which the optimizer steps
+    for name, weight in weights.items():
+        torch.testing.assert_close(weight, own[name], rtol=0, atol=0, msg=name)
+        assert weight.data_ptr() not in slow_pointers, name

@@ -74,6 +74,34 @@ def test_ctrl_c_to_the_whole_terminal_group_is_one_clean_stop(tmp_path):
     assert last.endswith(f"run.logdir={logdir.resolve()}")
 
 
+def test_ctrl_c_during_an_update_waits_for_its_end_and_a_second_one_does_not():
+    """The loop's update runs whole: the checkpoint a Ctrl-C writes holds no half
+    update. A second Ctrl-C raises at once; the handler is the default one after."""
+    done = []
+    with pytest.raises(KeyboardInterrupt), signals.ctrl_c_after_block():
+        signal.raise_signal(signal.SIGINT)
+        done.append("the rest of the update")
+    assert done == ["the rest of the update"]
+    with pytest.raises(KeyboardInterrupt), signals.ctrl_c_after_block():
+        signal.raise_signal(signal.SIGINT)
+        done.append("after the first")
+        signal.raise_signal(signal.SIGINT)
+        done.append("after the second")
+    assert done[1:] == ["after the first"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_an_ignored_ctrl_c_stays_ignored_around_an_update():
+    """A run started in the background with SIGINT ignored is not made interruptible."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with signals.ctrl_c_after_block():
+            signal.raise_signal(signal.SIGINT)
+            assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_during_the_timed_update_at_start_is_a_clean_stop(tmp_path, stop):

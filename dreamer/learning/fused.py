@@ -410,14 +410,18 @@ class FusedDreamerV3Loss(nn.Module):
         return self.value_decode(_head(self.value_net, state, belief, features).float())
 
     def _slow_value(self, state, belief, features=None) -> torch.Tensor:
+        # not tensordict's ``with params.to_module(...)``: after an exception its exit
+        # leaves the slow weights in the critic as plain tensors, its Parameters gone
+        # (the final checkpoint would save that), and it turns Ctrl-C into a RuntimeError
+        # (it returns a TensorDict, whose truth value raises)
         value_loss = self.inner.value_loss
-        with (
-            torch.no_grad(),
-            value_loss.target_value_model_params.to_module(
-                value_loss.value_model, preserve_module_state=False
-            ),
-        ):
-            return self._value(state, belief, features)
+        critic = value_loss.value_model
+        fast = value_loss.target_value_model_params.to_module(critic, preserve_module_state=False)
+        try:
+            with torch.no_grad():
+                return self._value(state, belief, features)
+        finally:
+            fast.to_module(critic, return_swap=False, preserve_module_state=False)
 
     def _returns(self, im_states, im_beliefs, features, horizon: int):
         """The critic's logits on every imagined state (with gradients for its loss on

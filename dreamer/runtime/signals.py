@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import traceback
 
 REQUEUE_EXIT = 75  # EX_TEMPFAIL: checkpointed after SIGTERM/SIGUSR1/SIGUSR2; rerun to resume
@@ -76,6 +77,36 @@ def children_keep_signals(stopped: bool = False):
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@contextlib.contextmanager
+def ctrl_c_after_block():
+    """Ctrl-C inside the block raises KeyboardInterrupt at its end, a second one at once.
+    Around the learner's update: an interrupt between its optimizers' steps (or while the
+    slow critic's weights sit in the critic) would checkpoint half an update. Where
+    Ctrl-C does not raise KeyboardInterrupt (ignored in a background job, or outside the
+    main thread), nothing changes."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+    pending = False
+
+    def hold(signum, frame) -> None:
+        nonlocal pending
+        if pending:
+            raise KeyboardInterrupt
+        pending = True
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if pending:
+        raise KeyboardInterrupt
 
 
 PR_SET_PDEATHSIG = 1  # prctl(2)
