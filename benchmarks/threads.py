@@ -28,9 +28,9 @@ Most of that drift is the host's placement of the VM's two cores (benchmarks/pla
 on one core complex or on two, flipping every few seconds to minutes), which moves a
 two-thread update by ~25%. So the loop's timed window is probed every 2 s, the update
 alone before and after each of its 16 timed updates (``benchmarks/learner.py
---placement``), and the last column compares the loop with the update alone in the
-placement the loop mostly had (the one-thread update, which has no partner to wait for,
-counts in either).
+--placement``), and the last column compares, per placement, the loop over the metrics
+rows (each with its ``timestamp``) that the probe saw wholly in it with the update alone
+there (the one-thread update, which has no partner to wait for, counts in either).
 Prints a table and writes ``--json`` (default ``benchmarks/results/the_run_dmc_proprio_cpu.json``).
 """
 
@@ -52,7 +52,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.placement import PlacementSampler, summary  # noqa: E402
+from benchmarks.placement import FAR_NS, PlacementSampler, summary  # noqa: E402
 from tests.runs import descendants, jsonl_rows  # noqa: E402
 
 PRESET = ["experiment=dmc_proprio_cpu", "env.task=cartpole_balance"]
@@ -103,6 +103,33 @@ def measure(rows: list[dict], skip: int) -> dict:
     }
 
 
+def rows_by_placement(rows: list[dict], skip: int, samples: list[tuple[float, float]]) -> dict:
+    """The timed rows whose interval (``timestamp`` - ``time/wall_s`` .. ``timestamp``)
+    the placement probe saw wholly near or wholly far (``samples``: Unix time, ns), and
+    per placement the loop's and the update's own seconds per update over those rows."""
+    started = next((row["env_steps"] for row in rows if row.get("updates", 0) > 0), None)
+    found = {"near": [0, 0.0, 0.0], "far": [0, 0.0, 0.0]}  # updates, wall, update seconds
+    for previous, row in zip(rows, rows[1:]):
+        if started is None or row["env_steps"] <= started + skip or "time/wall_s" not in row:
+            continue
+        begun = row["timestamp"] - row["time/wall_s"]
+        seen = [ns for at, ns in samples if begun <= at <= row["timestamp"]]
+        places = {"far" if ns > FAR_NS else "near" for ns in seen}
+        if len(places) == 1:
+            totals = found[places.pop()]
+            totals[0] += row["updates"] - previous["updates"]
+            totals[1] += row["time/wall_s"]
+            totals[2] += row.get("time/update_s", 0.0)
+    return {
+        place: {
+            "updates": updates,
+            "loop_s_per_update": wall / updates if updates else None,
+            "s_per_update": own / updates if updates else None,
+        }
+        for place, (updates, wall, own) in found.items()
+    }
+
+
 def pss_bytes(pid: int) -> int:
     """The proportional set size of one process (0 once it is gone)."""
     try:
@@ -137,6 +164,7 @@ def run(
     command = [sys.executable, "-m", "dreamer.train", *PRESET, *extra, *overrides]
     command += [f"run.steps={steps}", "eval.every=0", "run.progress=false", f"run.logdir={logdir}"]
     started = time.monotonic()
+    clock = time.time() - started  # monotonic to Unix time, for the rows' timestamps
     log = workdir / f"{name}.log"
     with log.open("w") as stderr:
         process = subprocess.Popen(
@@ -164,8 +192,13 @@ def run(
     }
     if process.returncode != 0:
         return result | {"error": text.strip().splitlines()[-1:]}
-    result |= measure(jsonl_rows(logdir / "metrics.jsonl"), skip)
-    return result | {"placement": timed_placement(placement, ended, result.get("timed_wall_s"))}
+    rows = jsonl_rows(logdir / "metrics.jsonl")
+    result |= measure(rows, skip)
+    unix = [(at + clock, ns) for at, ns in placement.samples]
+    return result | {
+        "placement": timed_placement(placement, ended, result.get("timed_wall_s")),
+        "rows_by_placement": rows_by_placement(rows, skip, unix),
+    }
 
 
 def timed_placement(placement: PlacementSampler, ended: float, seconds: float | None) -> dict:
@@ -209,19 +242,22 @@ def loop_over_alone(one_round: dict, name: str) -> float | None:
 
 
 def placed_ratio(one_round: dict, name: str) -> str:
-    """A round's loop seconds per update over the best update alone in the placement
-    the loop's timed window mostly had (benchmarks/placement.py), with that placement
-    and its share: the two-thread update alone differs by ~25% between them."""
+    """Per placement of the cores (benchmarks/placement.py): a round's loop seconds per
+    update over the rows the probe saw wholly there, against the best update alone
+    there (the one-thread update, which has no partner to wait for, counts in either):
+    the two-thread update alone differs by ~25% between them."""
     layout = one_round["layouts"][name]
-    share = (layout.get("placement") or {}).get("far_share")
-    if share is None or "error" in layout:
+    if "error" in layout or not layout.get("rows_by_placement"):
         return "-"
-    place, time_there = ("far", share) if share >= 0.5 else ("near", 1 - share)
-    placed = (one_round.get("alone_placement", {}).get(2) or {}).get(place, {}).get("s")
-    if not placed:
-        return f"- ({place} {time_there:.0%}, none alone)"
-    best = min(s for s in (placed, one_round["alone_s_per_update"].get(1)) if s)
-    return f"{layout['loop_s_per_update'] / best:.2f} ({place} {time_there:.0%})"
+    found = []
+    for place, rows in layout["rows_by_placement"].items():
+        if not rows["updates"]:
+            continue
+        placed = (one_round.get("alone_placement", {}).get(2) or {}).get(place, {}).get("s")
+        alone = [s for s in (placed, one_round["alone_s_per_update"].get(1)) if s]
+        ratio = f"{rows['loop_s_per_update'] / min(alone):.2f}" if placed else "none alone"
+        found.append(f"{place} {ratio} ({rows['updates']} updates)")
+    return "; ".join(found) or "-"
 
 
 def main(argv: list[str] | None = None) -> int:

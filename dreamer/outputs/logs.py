@@ -92,6 +92,7 @@ class MetricsWriter:
             key: (value if math.isfinite(value) else None) if isinstance(value, float) else value
             for key, value in metrics.items()
         }
+        clean["timestamp"] = time.time()  # the file's own: TensorBoard and trackers time theirs
         try:
             self.file.write(json.dumps(clean, sort_keys=True) + "\n")
             self.file.flush()
