@@ -26,11 +26,13 @@ the rounds and ``loop / best alone`` per round.
 
 Most of that drift is the host's placement of the VM's two cores (benchmarks/placement.py:
 on one core complex or on two, flipping every few seconds to minutes), which moves a
-two-thread update by ~25%. So the loop's timed window is probed every 2 s, the update
+two-thread update by ~25%. So the loop's timed window is probed every second, the update
 alone before and after each of its 16 timed updates (``benchmarks/learner.py
---placement``), and the last column compares, per placement, the loop over the metrics
-rows (each with its ``timestamp``) that the probe saw wholly in it with the update alone
-there (the one-thread update, which has no partner to wait for, counts in either).
+--placement``), and the last column compares, per placement, the loop (each update's
+start and end from ``benchmarks/train_timed.py``; the loop's seconds per update are
+the spans from one update's start to the next's that the probe saw wholly in that
+placement) with the update alone there (the one-thread update, which has no partner to
+wait for, counts in either).
 Prints a table and writes ``--json`` (default ``benchmarks/results/the_run_dmc_proprio_cpu.json``).
 """
 
@@ -103,30 +105,41 @@ def measure(rows: list[dict], skip: int) -> dict:
     }
 
 
-def rows_by_placement(rows: list[dict], skip: int, samples: list[tuple[float, float]]) -> dict:
-    """The timed rows whose interval (``timestamp`` - ``time/wall_s`` .. ``timestamp``)
-    the placement probe saw wholly near or wholly far (``samples``: Unix time, ns), and
-    per placement the loop's and the update's own seconds per update over those rows."""
-    started = next((row["env_steps"] for row in rows if row.get("updates", 0) > 0), None)
-    found = {"near": [0, 0.0, 0.0], "far": [0, 0.0, 0.0]}  # updates, wall, update seconds
-    for previous, row in zip(rows, rows[1:]):
-        if started is None or row["env_steps"] <= started + skip or "time/wall_s" not in row:
-            continue
-        begun = row["timestamp"] - row["time/wall_s"]
-        seen = [ns for at, ns in samples if begun <= at <= row["timestamp"]]
-        places = {"far" if ns > FAR_NS else "near" for ns in seen}
-        if len(places) == 1:
-            totals = found[places.pop()]
-            totals[0] += row["updates"] - previous["updates"]
-            totals[1] += row["time/wall_s"]
-            totals[2] += row.get("time/update_s", 0.0)
+def span_place(begun: float, ended: float, samples: list[tuple[float, float]]) -> str:
+    """A span's placement from the probes (``samples``: time, ns, in time order): the
+    last one before it, those inside it and the first one after it all near, or all
+    far; else mixed (it moved, or may have, in between)."""
+    before = [ns for at, ns in samples if at <= begun][-1:]
+    inside = [ns for at, ns in samples if begun < at < ended]
+    after = [ns for at, ns in samples if at >= ended][:1]
+    if not before or not after:
+        return "mixed"
+    places = {"far" if ns > FAR_NS else "near" for ns in before + inside + after}
+    return places.pop() if len(places) == 1 else "mixed"
+
+
+def updates_by_placement(
+    updates: list[tuple[float, float]], window: tuple[float, float], samples
+) -> dict:
+    """Per placement, over the timed ``window``: the update's own seconds (the median
+    of the updates the probes saw there) and the loop's seconds per update (the median
+    span from one update's start to the next's, collection included when it fell
+    between them); ``updates``: (start, end) each."""
+    timed = [(a, b) for a, b in updates if window[0] <= a and b <= window[1]]
+    own = {"near": [], "far": [], "mixed": []}
+    loop = {"near": [], "far": [], "mixed": []}
+    for (begun, ended), (following, _) in zip(timed, timed[1:] + [(None, None)]):
+        own[span_place(begun, ended, samples)].append(ended - begun)
+        if following is not None:
+            loop[span_place(begun, following, samples)].append(following - begun)
     return {
         place: {
-            "updates": updates,
-            "loop_s_per_update": wall / updates if updates else None,
-            "s_per_update": own / updates if updates else None,
+            "updates": len(own[place]),
+            "s_per_update": statistics.median(own[place]) if own[place] else None,
+            "loop_spans": len(loop[place]),
+            "loop_s_per_update": statistics.mean(loop[place]) if loop[place] else None,
         }
-        for place, (updates, wall, own) in found.items()
+        for place in ("near", "far")
     }
 
 
@@ -161,7 +174,9 @@ def run(
 ) -> dict:
     extra, env = LAYOUTS[name]
     logdir = workdir / name
-    command = [sys.executable, "-m", "dreamer.train", *PRESET, *extra, *overrides]
+    timeline = workdir / f"{name}.updates"
+    command = [sys.executable, "benchmarks/train_timed.py", str(timeline), *PRESET]
+    command += [*extra, *overrides]
     command += [f"run.steps={steps}", "eval.every=0", "run.progress=false", f"run.logdir={logdir}"]
     started = time.monotonic()
     clock = time.time() - started  # monotonic to Unix time, for the rows' timestamps
@@ -170,7 +185,7 @@ def run(
         process = subprocess.Popen(
             command, cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=stderr
         )
-        sampler, placement = TreeSampler(process.pid, sample), PlacementSampler(every=2.0)
+        sampler, placement = TreeSampler(process.pid, sample), PlacementSampler(every=1.0)
         sampler.start()
         placement.start()
         process.wait()
@@ -195,10 +210,25 @@ def run(
     rows = jsonl_rows(logdir / "metrics.jsonl")
     result |= measure(rows, skip)
     unix = [(at + clock, ns) for at, ns in placement.samples]
+    updates = [tuple(map(float, line.split())) for line in timeline.read_text().splitlines()]
     return result | {
         "placement": timed_placement(placement, ended, result.get("timed_wall_s")),
-        "rows_by_placement": rows_by_placement(rows, skip, unix),
+        "updates_by_placement": updates_by_placement(updates, timed_window(rows, skip), unix),
     }
+
+
+def timed_window(rows: list[dict], skip: int) -> tuple[float, float]:
+    """The Unix times that bound ``measure``'s timed rows (from the row before the
+    first of them to the last)."""
+    started = next((row["env_steps"] for row in rows if row.get("updates", 0) > 0), None)
+    timed = [
+        index
+        for index, row in enumerate(rows)
+        if started is not None and row["env_steps"] > started + skip and "time/wall_s" in row
+    ]
+    if not timed:
+        return (0.0, 0.0)
+    return rows[timed[0] - 1]["timestamp"], rows[timed[-1]]["timestamp"]
 
 
 def timed_placement(placement: PlacementSampler, ended: float, seconds: float | None) -> dict:
@@ -243,20 +273,20 @@ def loop_over_alone(one_round: dict, name: str) -> float | None:
 
 def placed_ratio(one_round: dict, name: str) -> str:
     """Per placement of the cores (benchmarks/placement.py): a round's loop seconds per
-    update over the rows the probe saw wholly there, against the best update alone
+    update over the spans the probes saw wholly there, against the best update alone
     there (the one-thread update, which has no partner to wait for, counts in either):
     the two-thread update alone differs by ~25% between them."""
     layout = one_round["layouts"][name]
-    if "error" in layout or not layout.get("rows_by_placement"):
+    if "error" in layout or not layout.get("updates_by_placement"):
         return "-"
     found = []
-    for place, rows in layout["rows_by_placement"].items():
-        if not rows["updates"]:
+    for place, there in layout["updates_by_placement"].items():
+        if not there["loop_spans"]:
             continue
         placed = (one_round.get("alone_placement", {}).get(2) or {}).get(place, {}).get("s")
         alone = [s for s in (placed, one_round["alone_s_per_update"].get(1)) if s]
-        ratio = f"{rows['loop_s_per_update'] / min(alone):.2f}" if placed else "none alone"
-        found.append(f"{place} {ratio} ({rows['updates']} updates)")
+        ratio = f"{there['loop_s_per_update'] / min(alone):.2f}" if placed else "none alone"
+        found.append(f"{place} {ratio} ({there['loop_spans']} updates)")
     return "; ".join(found) or "-"
 
 

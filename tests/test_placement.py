@@ -6,14 +6,14 @@ import os
 import pytest
 
 from benchmarks.placement import FAR_NS, Probe, by_placement, where
-from benchmarks.threads import placed_ratio, rows_by_placement
+from benchmarks.threads import placed_ratio, span_place, updates_by_placement
 
 
 def one_round(rows: dict, near: float, far: float, one_thread: float):
     """A threads.py round: the loop's rows per placement, the update alone's spans."""
     alone_two = by_placement([near, far, near], ["near", "far", "mixed"])
     return {
-        "layouts": {"default": {"rows_by_placement": rows}},
+        "layouts": {"default": {"updates_by_placement": rows}},
         "alone_s_per_update": {1: one_thread, 2: min(near, far)},
         "alone_placement": {2: alone_two},
     }
@@ -21,8 +21,8 @@ def one_round(rows: dict, near: float, far: float, one_thread: float):
 
 def placed(near_updates: int, near_s: float, far_updates: int, far_s: float) -> dict:
     return {
-        "near": {"updates": near_updates, "loop_s_per_update": near_s},
-        "far": {"updates": far_updates, "loop_s_per_update": far_s},
+        "near": {"loop_spans": near_updates, "loop_s_per_update": near_s},
+        "far": {"loop_spans": far_updates, "loop_s_per_update": far_s},
     }
 
 
@@ -43,25 +43,23 @@ def test_a_placement_with_no_update_alone_gives_no_ratio():
     assert placed_ratio(rounds, "default") == "near none alone (30 updates)"
 
 
-def test_a_row_counts_in_a_placement_only_if_every_probe_in_its_interval_saw_it():
+def test_an_update_counts_in_a_placement_only_if_every_probe_around_it_saw_it():
     near, far = FAR_NS - 50, FAR_NS + 50
-    rows = [{"env_steps": 0, "updates": 0}]  # before updates began: never timed
-    intervals = [(2, 1.0, 0.8), (4, 2.0, 1.6), (3, 1.5, 1.2), (2, 1.2, 1.0)]
-    for index, (updates, wall, own) in enumerate(intervals):
-        rows.append(
-            {
-                "env_steps": 100 * (index + 1),
-                "updates": rows[-1]["updates"] + updates,
-                "timestamp": 10.0 * (index + 1),
-                "time/wall_s": wall,
-                "time/update_s": own,
-            }
-        )
-    samples = [(9.5, near), (18.5, near), (19.5, near), (28.6, near), (29.5, far), (39.5, far)]
-    split = rows_by_placement(rows, 0, samples)
-    # the first row with updates (compiling) is never timed; the third moved: neither
-    assert split["near"] == {"updates": 4, "loop_s_per_update": 0.5, "s_per_update": 0.4}
-    assert split["far"] == {"updates": 2, "loop_s_per_update": 0.6, "s_per_update": 0.5}
+    samples = [(0.0, near), (1.0, near), (2.0, near), (3.0, far), (4.0, far), (5.0, far)]
+    assert span_place(0.2, 0.8, samples) == "near"
+    assert span_place(0.5, 1.5, samples) == "near"  # a probe inside agrees
+    assert span_place(2.2, 2.8, samples) == "mixed"  # it may have moved in between
+    assert span_place(3.1, 4.9, samples) == "far"
+    assert span_place(5.1, 5.5, samples) == "mixed"  # no probe after it
+    updates = [(0.1, 0.5), (0.6, 0.9), (1.1, 1.4), (2.2, 2.6), (3.1, 3.5), (3.6, 4.0)]
+    split = updates_by_placement(updates, (0.6, 4.0), samples)
+    # the first update is outside the window; 2.2-2.6 and the span 1.1-2.2 are mixed
+    assert split["near"] == pytest.approx(
+        {"updates": 2, "s_per_update": 0.3, "loop_spans": 1, "loop_s_per_update": 0.5}
+    )
+    assert split["far"] == pytest.approx(
+        {"updates": 2, "s_per_update": 0.4, "loop_spans": 1, "loop_s_per_update": 0.5}
+    )
 
 
 def test_a_span_is_near_or_far_only_if_the_probes_on_both_sides_agree():
