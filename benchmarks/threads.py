@@ -143,6 +143,13 @@ def updates_by_placement(
     }
 
 
+def steal_seconds() -> float:
+    """CPU time the hypervisor gave to others while this VM's vCPUs wanted it, summed
+    over the vCPUs since boot (``/proc/stat``'s steal column)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+
+
 def pss_bytes(pid: int) -> int:
     """The proportional set size of one process (0 once it is gone)."""
     try:
@@ -178,7 +185,7 @@ def run(
     command = [sys.executable, "benchmarks/train_timed.py", str(timeline), *PRESET]
     command += [*extra, *overrides]
     command += [f"run.steps={steps}", "eval.every=0", "run.progress=false", f"run.logdir={logdir}"]
-    started = time.monotonic()
+    started, stolen = time.monotonic(), steal_seconds()
     clock = time.time() - started  # monotonic to Unix time, for the rows' timestamps
     log = workdir / f"{name}.log"
     with log.open("w") as stderr:
@@ -200,6 +207,7 @@ def run(
         "overrides": extra,
         "env": env,
         "wall_s": round(time.monotonic() - started, 1),
+        "steal_s": round(steal_seconds() - stolen, 2),
         "learner_threads": int(threads[1]) if threads else None,
         "pace": pace[1] if pace else None,
         "peak_pss_bytes": sampler.peak_pss,
