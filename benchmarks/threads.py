@@ -15,7 +15,8 @@ Per layout it also records the loop's wall seconds per update (``loop_s_per_upda
 beside the update's own (``s_per_update``), the learner's torch threads (from the
 run's start-up line), and, sampled every ``--sample`` seconds over the whole run, the
 peak PSS of the run's process tree (``/proc/<pid>/smaps_rollup``: a page shared by n
-processes counts 1/n in each, so shared pages count once) and its peak process count.
+processes counts 1/n in each, so shared pages count once) and its peak process count,
+and the CPU time the hypervisor stole from the VM meanwhile (``steal_s``).
 ``--alone`` adds the isolated update of the same model and learner, ``benchmarks/learner.py
 --obs vector --model size1m --modes compiled experiment=dmc_proprio_cpu`` at 1 and 2
 threads, run after the layouts: "the run" table in
