@@ -4,11 +4,14 @@ losses and gradients on a fixed batch with fixed draws, for every kind of agent.
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
+from torchrl.modules.models.model_based import (
+    two_hot_cross_entropy as torchrl_two_hot_cross_entropy,
+)
 
 from dreamer.agent.build import build_agent
 from dreamer.config import load
 from dreamer.data.replay import random_batch
-from dreamer.learning.fused import FusedDreamerV3Loss
+from dreamer.learning.fused import FusedDreamerV3Loss, two_hot_cross_entropy
 from dreamer.learning.learner import Learner
 from tests.batches import MASKED, MULTI_KEY, real_batch
 from tests.compare import RTOL, losses_and_gradients
@@ -126,3 +129,23 @@ def test_the_critic_keeps_its_own_weights_when_the_slow_critic_is_cut_short(rais
     for name, weight in weights.items():
         torch.testing.assert_close(weight, own[name], rtol=0, atol=0, msg=name)
         assert weight.data_ptr() not in slow_pointers, name
+
+
+def test_the_two_hot_cross_entropy_equals_torchrls_to_the_bit():
+    """Values and gradients, on targets inside, on, between and beyond the bins."""
+    torch.manual_seed(0)
+    bins = torch.linspace(-20.0, 20.0, 255)
+    logits = torch.randn(16, 15, 255, requires_grad=True)
+    target = torch.randn(16, 15) * 8
+    target[0, :5] = bins[[0, 3, 100, 128, 254]]
+    target[1, :3] = torch.tensor([-50.0, 50.0, 1e-7])
+    found = []
+    for entropy in (torchrl_two_hot_cross_entropy, two_hot_cross_entropy):
+        logits.grad = None
+        for shape in (target.shape, (*target.shape, 1)):  # with a trailing 1 too
+            value = entropy(logits, target.reshape(shape), bins)
+        value.sum().backward()
+        found.append((value.detach(), logits.grad.clone()))
+    (their_value, their_grad), (our_value, our_grad) = found
+    assert torch.equal(our_value, their_value)
+    assert torch.equal(our_grad, their_grad)
