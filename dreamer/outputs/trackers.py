@@ -1,6 +1,7 @@
 """Experiment trackers (``logger=[jsonl,tensorboard,mlflow,wandb]``) on torchrl's loggers.
 
-Each tracker gets the rows written to ``metrics.jsonl`` (same keys, same env steps),
+Each tracker gets the rows written to ``metrics.jsonl`` (same keys but the file's own
+``timestamp``, same env steps),
 the evaluation videos and figures as they are drawn, and the resolved config as
 parameters. It sends from a thread of its own, so a slow or unreachable tracker never
 holds up training: its first failure logs one warning and the tracker is dropped for
