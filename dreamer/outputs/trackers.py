@@ -1,12 +1,12 @@
 """Experiment trackers (``logger=[jsonl,tensorboard,mlflow,wandb]``) on torchrl's loggers.
 
 Each tracker gets the rows written to ``metrics.jsonl`` (same keys but the file's own
-``timestamp``, same env steps),
-the evaluation videos and figures as they are drawn, and the resolved config as
-parameters. It sends from a thread of its own, so a slow or unreachable tracker never
-holds up training: its first failure logs one warning and the tracker is dropped for
-the rest of the run (``metrics.jsonl`` has everything). The tracker's run id is kept
-in ``<run.logdir>/trackers.json``, so a resumed run logs to the same tracker run.
+``timestamp``, same env steps), the evaluation videos and figures as they are drawn, and
+the resolved config as parameters. It sends from a thread of its own, so a slow or
+unreachable tracker never holds up training: its first failure logs one warning and the
+tracker is dropped for the rest of the run (``metrics.jsonl`` has everything). The
+tracker's run id is kept in ``<run.logdir>/trackers.json``, so a resumed run logs to the
+same tracker run.
 """
 
 from __future__ import annotations
