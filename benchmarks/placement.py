@@ -98,10 +98,10 @@ def serve(rounds: int) -> int:
 
 
 class PlacementSampler(threading.Thread):
-    """A ``Probe`` every ``every`` seconds until ``stop``: ``samples`` holds (monotonic
-    time, ns)."""
+    """A ``Probe`` every ``every`` seconds until ``stop``: ``samples`` holds (Unix time,
+    ns), the clock of the trainer's metrics rows and update timeline."""
 
-    def __init__(self, every: float = 2.0):
+    def __init__(self, every: float = 1.0):
         super().__init__(daemon=True)
         self.every = every
         self.samples: list[tuple[float, float]] = []
@@ -111,7 +111,7 @@ class PlacementSampler(threading.Thread):
         probe = Probe()
         try:
             while not self.done.wait(self.every):
-                self.samples.append((time.monotonic(), probe()))
+                self.samples.append((time.time(), probe()))
         finally:
             probe.close()
 
@@ -132,12 +132,12 @@ def summary(samples: list[float]) -> dict:
     }
 
 
-def where(before: float, after: float) -> str:
-    """A timed span's placement from probes on either side of it: near, far, or mixed
-    (it moved, or may have, in between)."""
-    if before > FAR_NS and after > FAR_NS:
-        return "far"
-    return "near" if before <= FAR_NS and after <= FAR_NS else "mixed"
+def where(*probes: float) -> str:
+    """A timed span's placement from the probes around it (the one before, any inside,
+    the one after): near or far if they all agree, else mixed (it moved, or may have,
+    in between)."""
+    places = {"far" if ns > FAR_NS else "near" for ns in probes}
+    return places.pop() if len(places) == 1 else "mixed"
 
 
 def by_placement(seconds: list[float], places: list[str]) -> dict:

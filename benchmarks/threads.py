@@ -55,7 +55,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.placement import FAR_NS, PlacementSampler, summary  # noqa: E402
+from benchmarks.placement import PlacementSampler, summary, where  # noqa: E402
 from tests.runs import descendants, jsonl_rows  # noqa: E402
 
 PRESET = ["experiment=dmc_proprio_cpu", "env.task=cartpole_balance"]
@@ -83,15 +83,24 @@ LAYOUTS = {
 }
 
 
-def measure(rows: list[dict], skip: int) -> dict:
+def timed_rows(rows: list[dict], skip: int) -> list[dict]:
+    """The row that opens the timed window, then the timed rows: those past the first
+    ``skip`` env steps after updates began (compiling and the first updates excluded);
+    empty if there are none."""
     started = next((row["env_steps"] for row in rows if row.get("updates", 0) > 0), None)
     if started is None:
-        return {"error": "no update"}
+        return []
     timed = [row for row in rows if row["env_steps"] > started + skip and "time/wall_s" in row]
+    return [rows[rows.index(timed[0]) - 1], *timed] if timed else []
+
+
+def measure(rows: list[dict], skip: int) -> dict:
+    if not any(row.get("updates", 0) > 0 for row in rows):
+        return {"error": "no update"}
+    first, *timed = timed_rows(rows, skip) or [None]
     wall = sum(row["time/wall_s"] for row in timed)
     if not timed or wall <= 0:
         return {"error": "no timed rows"}
-    first = rows[rows.index(timed[0]) - 1]
     updates = timed[-1]["updates"] - first["updates"]
     env_steps = timed[-1]["env_steps"] - first["env_steps"]
     update_s = sum(row.get("time/update_s", 0.0) for row in timed)
@@ -107,23 +116,19 @@ def measure(rows: list[dict], skip: int) -> dict:
 
 
 def span_place(begun: float, ended: float, samples: list[tuple[float, float]]) -> str:
-    """A span's placement from the probes (``samples``: time, ns, in time order): the
-    last one before it, those inside it and the first one after it all near, or all
-    far; else mixed (it moved, or may have, in between)."""
+    """A span's placement (``placement.where``) from the probes around it (``samples``:
+    Unix time, ns, in time order); mixed without a probe on either side."""
     before = [ns for at, ns in samples if at <= begun][-1:]
     inside = [ns for at, ns in samples if begun < at < ended]
     after = [ns for at, ns in samples if at >= ended][:1]
-    if not before or not after:
-        return "mixed"
-    places = {"far" if ns > FAR_NS else "near" for ns in before + inside + after}
-    return places.pop() if len(places) == 1 else "mixed"
+    return where(*before, *inside, *after) if before and after else "mixed"
 
 
 def updates_by_placement(
     updates: list[tuple[float, float]], window: tuple[float, float], samples
 ) -> dict:
     """Per placement, over the timed ``window``: the update's own seconds (the median
-    of the updates the probes saw there) and the loop's seconds per update (the median
+    of the updates the probes saw there) and the loop's seconds per update (the mean
     span from one update's start to the next's, collection included when it fell
     between them); ``updates``: (start, end) each."""
     timed = [(a, b) for a, b in updates if window[0] <= a and b <= window[1]]
@@ -187,17 +192,15 @@ def run(
     command += [*extra, *overrides]
     command += [f"run.steps={steps}", "eval.every=0", "run.progress=false", f"run.logdir={logdir}"]
     started, stolen = time.monotonic(), steal_seconds()
-    clock = time.time() - started  # monotonic to Unix time, for the rows' timestamps
     log = workdir / f"{name}.log"
     with log.open("w") as stderr:
         process = subprocess.Popen(
             command, cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=stderr
         )
-        sampler, placement = TreeSampler(process.pid, sample), PlacementSampler(every=1.0)
+        sampler, placement = TreeSampler(process.pid, sample), PlacementSampler()
         sampler.start()
         placement.start()
         process.wait()
-        ended = time.monotonic()
         sampler.done.set()
         sampler.join()
         placement.stop()
@@ -218,33 +221,15 @@ def run(
         return result | {"error": text.strip().splitlines()[-1:]}
     rows = jsonl_rows(logdir / "metrics.jsonl")
     result |= measure(rows, skip)
-    unix = [(at + clock, ns) for at, ns in placement.samples]
+    # the timed window in Unix time: its rows' timestamps, the probes' and updates' clock
+    bounds = [row["timestamp"] for row in timed_rows(rows, skip)] or [0.0]
+    window = (bounds[0], bounds[-1])
+    probed = [(at, ns) for at, ns in placement.samples if window[0] <= at <= window[1]]
     updates = [tuple(map(float, line.split())) for line in timeline.read_text().splitlines()]
     return result | {
-        "placement": timed_placement(placement, ended, result.get("timed_wall_s")),
-        "updates_by_placement": updates_by_placement(updates, timed_window(rows, skip), unix),
+        "placement": summary([ns for _, ns in probed]),
+        "updates_by_placement": updates_by_placement(updates, window, placement.samples),
     }
-
-
-def timed_window(rows: list[dict], skip: int) -> tuple[float, float]:
-    """The Unix times that bound ``measure``'s timed rows (from the row before the
-    first of them to the last)."""
-    started = next((row["env_steps"] for row in rows if row.get("updates", 0) > 0), None)
-    timed = [
-        index
-        for index, row in enumerate(rows)
-        if started is not None and row["env_steps"] > started + skip and "time/wall_s" in row
-    ]
-    if not timed:
-        return (0.0, 0.0)
-    return rows[timed[0] - 1]["timestamp"], rows[timed[-1]]["timestamp"]
-
-
-def timed_placement(placement: PlacementSampler, ended: float, seconds: float | None) -> dict:
-    """The cores' placement (benchmarks/placement.py) over the last ``seconds`` before
-    ``ended``: the timed window."""
-    since = ended - (seconds or 0)
-    return summary([ns for at, ns in placement.samples if at >= since])
 
 
 def alone(threads: int, workdir: Path) -> tuple[float | None, dict | None]:
@@ -326,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
             print(index, name, json.dumps(layouts[name]), flush=True)
         measured = {n: alone(n, here) for n in (1, 2)} if args.alone else {}
         isolated = {n: seconds for n, (seconds, _) in measured.items()}
-        placements = {n: where for n, (_, where) in measured.items()}
+        placements = {n: placed for n, (_, placed) in measured.items()}
         print(f"{index} the update alone (s): {isolated} {placements}" if isolated else "")
         rounds.append(
             {"layouts": layouts, "alone_s_per_update": isolated, "alone_placement": placements}

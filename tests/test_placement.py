@@ -6,7 +6,13 @@ import os
 import pytest
 
 from benchmarks.placement import FAR_NS, Probe, by_placement, where
-from benchmarks.threads import placed_ratio, span_place, updates_by_placement
+from benchmarks.threads import (
+    measure,
+    placed_ratio,
+    span_place,
+    timed_rows,
+    updates_by_placement,
+)
 
 
 def one_round(rows: dict, near: float, far: float, one_thread: float):
@@ -88,3 +94,19 @@ def test_the_probe_runs_in_a_helper_and_forks_nothing_here(monkeypatch):
     finally:
         probe.close()
     assert probe.helper.returncode == 0
+
+
+def test_the_timed_window_opens_at_the_row_before_its_first_timed_row():
+    rows = [
+        {"env_steps": 1024, "updates": 0},
+        {"env_steps": 2048, "updates": 1, "time/wall_s": 9.0, "time/update_s": 3.0},
+        {"env_steps": 3072, "updates": 65, "time/wall_s": 30.0, "time/update_s": 28.0},
+        {"env_steps": 4096, "updates": 129, "time/wall_s": 34.0, "time/update_s": 30.0},
+    ]
+    assert timed_rows(rows, 1000) == rows[1:]  # past 2048 + 1000: compiling excluded
+    assert timed_rows(rows, 5000) == []
+    measured = measure(rows, 1000)
+    assert measured["loop_s_per_update"] == (30.0 + 34.0) / 128
+    assert measured["s_per_update"] == (28.0 + 30.0) / 128
+    assert measure(rows, 5000) == {"error": "no timed rows"}
+    assert measure(rows[:1], 0) == {"error": "no update"}
