@@ -89,14 +89,12 @@ def test_a_torchrl_rollout_checkpoint_resumes_under_fused():
 
 
 class _CutShortInSlowCritic(TorchFunctionMode):
-    """Raises ``raised`` at the first torch function handed one of ``slow`` weights
-    while they sit in ``critic``."""
+    """Raises ``raised`` at the first torch function handed one of the slow weights
+    (their ``data_ptr``s) while they sit in ``critic``."""
 
-    def __init__(self, critic, slow, raised):
+    def __init__(self, critic, slow: set[int], raised):
         super().__init__()
-        self.critic = critic
-        self.slow = {weight.data_ptr() for weight in slow}
-        self.raised = raised
+        self.critic, self.slow, self.raised = critic, slow, raised
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         handed = any(isinstance(a, torch.Tensor) and a.data_ptr() in self.slow for a in args)
@@ -118,17 +116,16 @@ def test_the_critic_keeps_its_own_weights_when_the_slow_critic_is_cut_short(rais
     with torch.no_grad():  # a slow critic unlike the critic
         for slow in value_loss.target_value_model_params.values(True, True):
             slow.add_(1.0)
-    own = {name: p.detach().clone() for name, p in value_loss.value_model.named_parameters()}
-    slow = list(value_loss.target_value_model_params.values(True, True))
     critic = value_loss.value_model
+    own = {name: p.detach().clone() for name, p in critic.named_parameters()}
+    slow = {w.data_ptr() for w in value_loss.target_value_model_params.values(True, True)}
     with pytest.raises(raised, match="cut short"), _CutShortInSlowCritic(critic, slow, raised):
         fused(batch.clone())
-    slow_pointers = {weight.data_ptr() for weight in slow}
-    weights = dict(value_loss.value_model.named_parameters())
+    weights = dict(critic.named_parameters())
     assert weights.keys() == own.keys()  # its Parameters, which the optimizer steps
     for name, weight in weights.items():
         torch.testing.assert_close(weight, own[name], rtol=0, atol=0, msg=name)
-        assert weight.data_ptr() not in slow_pointers, name
+        assert weight.data_ptr() not in slow, name
 
 
 def test_the_two_hot_cross_entropy_equals_torchrls_to_the_bit():

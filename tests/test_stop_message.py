@@ -74,7 +74,17 @@ def test_ctrl_c_to_the_whole_terminal_group_is_one_clean_stop(tmp_path):
     assert last.endswith(f"run.logdir={logdir.resolve()}")
 
 
-def test_ctrl_c_during_an_update_waits_for_its_end_and_a_second_one_does_not():
+@pytest.fixture
+def sigint(request):
+    """SIGINT handled as ``request.param`` for the test: Python's KeyboardInterrupt as in
+    a terminal, or ignored as in a background job (whatever started this suite)."""
+    previous = signal.signal(signal.SIGINT, request.param)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.parametrize("sigint", [signal.default_int_handler], indirect=True)
+def test_ctrl_c_during_an_update_waits_for_its_end_and_a_second_one_does_not(sigint):
     """The loop's update runs whole: the checkpoint a Ctrl-C writes holds no half
     update. A second Ctrl-C raises at once; the handler is the default one after."""
     done = []
@@ -91,15 +101,12 @@ def test_ctrl_c_during_an_update_waits_for_its_end_and_a_second_one_does_not():
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-def test_an_ignored_ctrl_c_stays_ignored_around_an_update():
+@pytest.mark.parametrize("sigint", [signal.SIG_IGN], indirect=True)
+def test_an_ignored_ctrl_c_stays_ignored_around_an_update(sigint):
     """A run started in the background with SIGINT ignored is not made interruptible."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        with signals.ctrl_c_after_block():
-            signal.raise_signal(signal.SIGINT)
-            assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    with signals.ctrl_c_after_block():
+        signal.raise_signal(signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
 
 
 @pytest.mark.slow
