@@ -58,9 +58,10 @@ def two_hot_cross_entropy(
     bins = bins.to(device=target.device, dtype=target.dtype)
     target = target.clamp(bins[0], bins[-1])
     lower = ((target.unsqueeze(-1) >= bins).sum(-1) - 1).clamp(0, bins.numel() - 2)
-    lower_value, upper_value = bins[lower], bins[lower + 1]
-    upper_weight = (target - lower_value) / (upper_value - lower_value)
-    around = torch.log_softmax(logits, dim=-1).gather(-1, torch.stack((lower, lower + 1), -1))
+    upper = lower + 1
+    lower_value = bins[lower]
+    upper_weight = (target - lower_value) / (bins[upper] - lower_value)
+    around = torch.log_softmax(logits, dim=-1).gather(-1, torch.stack((lower, upper), -1))
     return -((1 - upper_weight) * around[..., 0] + upper_weight * around[..., 1])
 
 
