@@ -178,6 +178,7 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
                     parts.episodes.worker_steps, bool(stop.received), replay.can_sample()
                 )
                 due = parts.train_ratio(env_steps, ready)
+                progress.expect(learner.updates + due + parts.train_ratio.left(cfg.run.steps))
                 with collector.paced(due > 0):
                     for _ in range(due):
                         with timers.phase("sample"):
@@ -264,7 +265,9 @@ def estimate_at_start(speed_note, learner, spaces, cfg, world: World) -> tuple[S
     batch = random_batch(spaces, cfg.replay.batch, cfg.replay.length)
     try:
         with early:
-            speed_note.start(learner.timed_update(batch), "an update timed before collection")
+            speed_note.start(
+                learner.timed_update(batch), "the quickest of the updates timed before collection"
+            )
     except KeyboardInterrupt:
         return early, True
     return early, False

@@ -224,6 +224,12 @@ class Progress:
         self.total_updates = total_updates
         self.estimate = seconds_per_update
 
+    def expect(self, total_updates: float) -> None:
+        """The updates the run will have made at ``run.steps``, as the schedule now says
+        (the start's figure counts from ``train_starts``; the schedule from its first
+        update, which comes with the first collected batch past it)."""
+        self.total_updates = total_updates
+
     def update(self, env_steps: int, updates: int) -> None:
         if self.bar.disable:
             return

@@ -44,6 +44,16 @@ class TrainRatio:
             return 0
         return self.ratio(env_steps)
 
+    def left(self, steps: int) -> float:
+        """Updates the schedule will still give up to env step ``steps``, beyond those it
+        has given: counted from the step of its first update (the first collected batch
+        past ``train_starts``, not ``train_starts`` itself), once it has given one."""
+        state = self.ratio.state_dict()
+        counted_from = state["previous"]
+        if counted_from is None:
+            return max(steps - self.starts, 0) * state["ratio"] + 1
+        return max(steps - counted_from, 0) * state["ratio"]
+
     def state_dict(self) -> dict:
         return self.ratio.state_dict()
 
