@@ -211,7 +211,7 @@ class Learner:
             if isinstance(key, str) and value.numel() == 1
         }
 
-    def timed_update(self, batch: TensorDictBase, budget: float = 0.5, most: int = 5) -> float:
+    def timed_update(self, batch: TensorDictBase, budget: float = 0.3, most: int = 3) -> float:
         """Seconds one update takes on ``batch``, leaving the learner as it was: weights,
         optimizer, return statistics, counters and torch's random state. How long a run
         will take, before it has data. Not across ranks: each would wait for the others'
