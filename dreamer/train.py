@@ -255,7 +255,7 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
 
 
 def estimate_at_start(speed_note, learner, spaces, cfg, world: World) -> tuple[StopSignals, bool]:
-    """Without a GPU, the run's estimate from an update timed before collection starts
+    """Without a GPU, the run's estimate from updates timed before collection starts
     (not across ranks: each would wait for the others; not for a run without updates).
     Returns the stop signals that came meanwhile (the loop acts on them at once) and
     whether Ctrl-C cut it short (the learner is as it was: the loop checkpoints it)."""

@@ -73,7 +73,7 @@ class LoopTimers:
 
 
 class CpuSpeedNote:
-    """Without a GPU, how long the run's updates will take: at start, from one update
+    """Without a GPU, how long the run's updates will take: at start, from updates
     timed before collection (``start``); after the first ``sample`` updates of the loop,
     from their median, again, if that differs from the start's by more than 1.5x, or
     if there was none (a distributed run's ranks update together, only in the loop)."""
