@@ -161,7 +161,6 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
         start,
         enabled=cfg.run.progress and world.main,
         updates=learner.updates,
-        total_updates=learner.updates + speed_note.updates(),
         seconds_per_update=speed_note.started,
     )
     alone = not world.distributed  # acts on its own stop signal at once; ranks at the lockstep

@@ -226,10 +226,12 @@ class Learner:
         try:
             with torch.random.fork_rng(devices=[]):
                 self.update(batch)
-                while not timed or (sum(timed) < budget and len(timed) < most):
+                for _ in range(most):
                     started = time.perf_counter()
                     self.update(batch)
                     timed.append(time.perf_counter() - started)
+                    if sum(timed) >= budget:
+                        break
         finally:  # also after Ctrl-C inside an update: the run checkpoints this learner
             self.load_state_dict(state)
         return min(timed)

@@ -204,7 +204,6 @@ class Progress:
         initial: int = 0,
         enabled: bool = True,
         updates: int = 0,
-        total_updates: float = 0.0,
         seconds_per_update: float | None = None,
     ):
         self.bar = tqdm(
@@ -221,13 +220,13 @@ class Progress:
         self.initial = initial
         self.first_updates = updates  # a resumed run's, so its rate counts only its own
         self.first_update: tuple[float, int] | None = None  # (time, updates) at the first
-        self.total_updates = total_updates
+        self.total_updates = 0.0  # the loop's ``expect`` says, before any redraw
         self.estimate = seconds_per_update
 
     def expect(self, total_updates: float) -> None:
-        """The updates the run will have made at ``run.steps``, as the schedule now says
-        (the start's figure counts from ``train_starts``; the schedule from its first
-        update, which comes with the first collected batch past it)."""
+        """The updates the run will have made at ``run.steps``, as the schedule says now
+        (it counts from its first update, which comes with the first collected batch
+        past ``train_starts``); the loop tells it after every schedule call."""
         self.total_updates = total_updates
 
     def update(self, env_steps: int, updates: int) -> None:

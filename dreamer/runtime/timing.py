@@ -116,7 +116,7 @@ class CpuSpeedNote:
         updates = self.updates()
         seconds = updates * seconds_per_update
         note = (
-            f"no GPU: a learner update takes {seconds_per_update:.3g} s on this CPU ({how}); "
+            f"no GPU: a learner update takes {seconds_per_update:.3f} s on this CPU ({how}); "
             f"run.steps={self.cfg.run.steps} needs ~{updates:,.0f} more updates = "
             f"~{duration(seconds)} of learner time"
         )
