@@ -84,7 +84,7 @@ if ((DRY)); then
     $VENV_PY benchmarks/gpu_wheels.py install --site "$WORK/site" || exit 1
   fi
   LEARNER_SHAPES=("tiny 2 8 1")
-  LEARNER_MODES=(--modes torchrl_eager fused --roof-size 256)  # a 2048 roof takes ~20 s here
+  LEARNER_MODES=(--modes torchrl_eager ours --roof-size 256)  # a 2048 roof takes ~20 s here
   ALL_MODES=("${LEARNER_MODES[@]}")
   ROOF=(--size 256)
   TINY=(model=tiny replay.batch=2 replay.length=8 run.train_ratio=16 run.train_starts=64
@@ -105,9 +105,9 @@ else
   LEARNER_SHAPES=("size50m 32 256 5" "size12m 16 64 10" "size12m 32 256 5" "size50m 16 64 10")
   LEARNER_MODES=(--modes torchrl_eager eager_fp32 compiled_cudagraph_bf16
     torchrl_compiled_cudagraph_bf16)
-  if grep -q '"fused"' benchmarks/learner.py; then LEARNER_MODES+=(fused); fi
+  # every mode of the one update (ours = compiled_cudagraph_bf16 on CUDA: not twice)
   ALL_MODES=(--modes torchrl_eager eager_fp32 eager_bf16 compiled_fp32 compiled_cudagraph_bf16
-    torchrl_compiled_cudagraph_bf16 fused fused_compiled_cudagraph_bf16 --roof-size 256)
+    torchrl_compiled_cudagraph_bf16 --roof-size 256)
   ROOF=()
   # minedojo_4gpu's learner (size50m, 32 x 256, compiled, CUDA graph, bf16) and one rank's
   # collector (16 workers, static-batch CUDA-graph inference) on Crafter, world size 1;
@@ -140,8 +140,8 @@ step modes 60 $PY benchmarks/learner.py --model tiny --batch 2 --length 8 --upda
 step roof 15 $PY benchmarks/matmul_roof.py "${ROOF[@]}" --json "$WORK/roof.json"
 read -r -a shape <<<"${LEARNER_SHAPES[0]}"
 learner "${shape[@]}" 80
-# learner.rollout=auto is torchrl's on CUDA until this shows the fused rollout equal there
-step fused_equal 40 $PY benchmarks/fused_equal.py --json "$WORK/fused_equal.json"
+# the loss against torchrl's on the GPU: fp32, bf16 and bf16 captured
+step loss_equal 40 $PY benchmarks/loss_equal.py --json "$WORK/loss_equal.json"
 # after the learner at the same shape, so its compiled graphs come from the cache
 step trainer 70 $PY -m dreamer.train experiment=minedojo_4gpu env=crafter eval.every=0 \
   run.progress=false run.log_every=256 run.save_every=100000 "${TRAIN[@]}" \

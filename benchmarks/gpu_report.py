@@ -5,7 +5,7 @@ limits on what comes back.
     python benchmarks/gpu_report.py WORK OUT [--dry-run]
 
 WORK holds the steps' files (steps.tsv, roof.json, learner-*.json / .txt, trainer/,
-collect.json, fused_equal.json, filelock.json, gc_freeze.json); OUT receives gpu.json
+collect.json, loss_equal.json, filelock.json, gc_freeze.json); OUT receives gpu.json
 and summary.md.
 Exit 1 when a step failed or ran out of time, or OUT breaks a limit.
 """
@@ -116,10 +116,6 @@ def goals(report: dict) -> dict[str, dict]:
             3.0,
         )
         out[f"{shape}: ours compiled vs torchrl compiled >= 1"] = (ratio(ours, torchrl), 1.0)
-        out[f"{shape}: fused vs torchrl compiled >= 1.3"] = (
-            ratio(rate(shape, "fused"), torchrl),
-            1.3,
-        )
     node = rate("size50m/32x256", "compiled_cudagraph_bf16")
     out["size50m/32x256 one GPU vs the reference 4-GPU node (2.44 updates/s)"] = (
         ratio(node, REFERENCE_NODE_UPDATES_PER_S),
@@ -178,10 +174,10 @@ def summary(report: dict) -> str:
         f"{a.get('updates', '-')} updates, {fmt(a.get('updates_per_s'))} updates/s, "
         f"losses finite: {a.get('loss_finite', '-')}"
     )
-    e = report.get("fused_equal") or {}
+    e = report.get("loss_equal") or {}
     for mode, rows in e.get("modes", {}).items():
         lines.append(
-            f"fused rollout vs torchrl's, {mode}: "
+            f"the loss vs torchrl's, {mode}: "
             + ", ".join(
                 f"{kind} loss {r['loss_rel_error']:.1e} grad {r['grad_rel_error']:.1e}"
                 + ("" if r["equal"] else " (NOT equal)")
@@ -265,7 +261,7 @@ def main() -> int:
         "trainer": trainer(args.work),
         "atari": trainer(args.work, "atari"),
         "collect": read_json(args.work / "collect.json"),
-        "fused_equal": read_json(args.work / "fused_equal.json"),
+        "loss_equal": read_json(args.work / "loss_equal.json"),
         "filelock": read_json(args.work / "filelock.json"),
         "gc_freeze": read_json(args.work / "gc_freeze.json"),
     }

@@ -8,25 +8,26 @@
 ``--obs vector``: a DMC-like batch, a 24-dim proprio observation and a 6-dim
 continuous action (random data: the speed does not depend on the values).
 Modes, each on a fresh agent with the same weights and the same batch:
-  torchrl_eager            torchrl's own DreamerV3OptimizationStepper + DreamerV3Optimizer,
-                           eager fp32 (the baseline)
+  torchrl_eager            torchrl's losses (tests/torchrl_reference.py) through its
+                           DreamerV3OptimizationStepper + DreamerV3Optimizer, eager fp32
+                           (the baseline)
   torchrl_compiled         the same with the stepper's own torch.compile (on request:
                            minutes of compiling on a CPU)
-  fused                    the project's learner as configured for this device
-                           (learner.rollout=fused; compile/cudagraph/precision = auto)
-  torchrl_rollout          the project's learner with learner.rollout=torchrl
-  fewer_starts             CPU: fused, imagining from a quarter of the replayed states
+  ours                     the project's learner as configured for this device
+                           (compile/cudagraph/precision = auto)
+  fewer_starts             CPU: ours, imagining from a quarter of the replayed states
                            (learner.imag_last = length / 4, the last steps of each sequence)
-  compiled                 fused with learner.compile=true: its two step functions
-                           compiled (CPU: on request; a cold cache compiles, see
-                           XDG_CACHE_HOME in the README)
+  compiled                 CPU: ours with learner.compile=true (on request; a cold cache
+                           compiles, see XDG_CACHE_HOME in the README)
+  bf16, compiled_bf16      CPU with bf16 instructions: learner.precision=bf16, eager and
+                           compiled
   eager_fp32               CUDA only: compile, CUDA graph and bf16 off
   compiled_cudagraph_bf16  CUDA only: all three on
 The timed updates of all modes are interleaved (one update of each mode per round) so
 a machine shared with other work slows every mode alike; each mode reports its median.
 The roof is the GFLOP/s of a 2048 x 2048 fp32 matmul measured in the same run (best of
 before and after). FLOPs per update are counted once per path with torch's FLOP formulas
-on an eager update (forward + backward): the fused path executes fewer (imagination
+on an eager update (forward + backward): ours executes fewer (imagination
 without autograd, shared critic logits), so "share" is executed FLOP/s over the roof and
 "vs torchrl_eager" is the ratio of replayed steps/s. Set-up and warm-up (compiling
 included) are timed apart from the updates.
@@ -58,18 +59,19 @@ from dreamer.agent.build import build_agent  # noqa: E402
 from dreamer.agent.spaces import EnvSpaces, ObsKey  # noqa: E402
 from dreamer.config import load  # noqa: E402
 from dreamer.data.replay import random_batch  # noqa: E402
-from dreamer.learning.learner import Learner  # noqa: E402
+from dreamer.learning.learner import Learner, cpu_has_bf16  # noqa: E402
 from dreamer.runtime.dist import World  # noqa: E402
 from tests.batches import real_batch  # noqa: E402
+from tests.torchrl_reference import TorchrlReference  # noqa: E402
 
 
 class TorchrlStepper:
-    """torchrl's stepper as its documentation builds it: eager, with its own compile, or
-    (``fast``, CUDA) compiled, CUDA-graph captured and bf16 autocast; warmed up on the
-    first batch."""
+    """torchrl's losses through its stepper as its documentation builds it: eager, with
+    its own compile, or (``fast``, CUDA) compiled, CUDA-graph captured and bf16 autocast;
+    warmed up on the first batch."""
 
     def __init__(self, agent, cfg, device, compiled: bool = False, fast: bool = False):
-        loss = agent.loss.to(device)
+        loss = TorchrlReference(agent.loss.to(device))
         optimizer = DreamerV3Optimizer(
             loss.parameters(), lr=cfg.learner.lr, agc=cfg.learner.grad_clip, warmup_steps=1
         )
@@ -97,34 +99,30 @@ TORCHRL = {  # mode -> (compiled, fast)
 
 def modes(device: torch.device, last: int) -> dict[str, list[str] | None]:
     """Mode name -> learner overrides (None: torchrl's own stepper)."""
-    common = {"torchrl_eager": None, "torchrl_compiled": None, "fused": ["learner.rollout=fused"]}
-    common["torchrl_rollout"] = ["learner.rollout=torchrl"]
+    common = {"torchrl_eager": None, "torchrl_compiled": None, "ours": []}
     if device.type == "cuda":
+        fixed = ["learner.cudagraph=false"]
         return {
             **common,
-            "eager_fp32": ["learner.compile=false", "learner.cudagraph=false"]
-            + ["learner.precision=fp32"],
-            "eager_bf16": ["learner.compile=false", "learner.cudagraph=false"]
-            + ["learner.precision=bf16"],
-            "compiled_fp32": ["learner.compile=true", "learner.cudagraph=false"]
-            + ["learner.precision=fp32"],
+            "eager_fp32": ["learner.compile=false", *fixed, "learner.precision=fp32"],
+            "eager_bf16": ["learner.compile=false", *fixed, "learner.precision=bf16"],
+            "compiled_fp32": ["learner.compile=true", *fixed, "learner.precision=fp32"],
             "compiled_cudagraph_bf16": ["learner.compile=true", "learner.cudagraph=true"]
             + ["learner.precision=bf16"],
             "torchrl_compiled_cudagraph_bf16": None,
-            "fused_compiled_cudagraph_bf16": ["learner.rollout=fused", "learner.compile=true"]
-            + ["learner.cudagraph=true", "learner.precision=bf16"],
         }
-    return {
-        **common,
-        "fewer_starts": [f"learner.imag_last={last}"],
-        "compiled": ["learner.compile=true"],
-    }
+    cpu = {**common, "fewer_starts": [f"learner.imag_last={last}"]}
+    cpu["compiled"] = ["learner.compile=true"]
+    if cpu_has_bf16():
+        cpu["bf16"] = ["learner.precision=bf16"]
+        cpu["compiled_bf16"] = ["learner.compile=true", "learner.precision=bf16"]
+    return cpu
 
 
 def default_modes(device: torch.device) -> list[str]:
     if device.type == "cuda":
-        return [m for m in modes(device, 0) if m != "torchrl_rollout"]
-    return ["torchrl_eager", "fused", "torchrl_rollout", "fewer_starts"]
+        return list(modes(device, 0))
+    return ["torchrl_eager", "ours", "fewer_starts"]
 
 
 def eager_overrides(overrides: list[str]) -> list[str]:

@@ -1,12 +1,12 @@
-"""Where one update of ours goes: the phases of the fused loss and the kinds of operator.
+"""Where one update of ours goes: the phases of the loss and the kinds of operator.
 
     python benchmarks/profile_update.py [--obs vector] [--mode compiled] [--threads 1]
         [--json benchmarks/results/profile_update.json]
 
 The learner is ``benchmarks/peers/update_ours.py``'s (``experiment=dmc_proprio``,
-size1m, batch 16 x 64, imagination of 15 steps from all 1,024 states, fused rollout) on
+size1m, batch 16 x 64, imagination of 15 steps from all 1,024 states, the loss's scans) on
 a synthetic batch. After warm-ups, ``--updates`` updates run under torch's profiler with
-each phase labelled (the fused loss's methods and the optimizer step, wrapped here, not
+each phase labelled (the loss's methods and the optimizer step, wrapped here, not
 in the package); backward is what the update spends outside the forward and the
 optimizer. Operators are grouped by what bounds them: matrix products (with the FLOPs
 of ``benchmarks/flop_count.py`` and their achieved rate beside this CPU's matmul roof),
@@ -35,8 +35,6 @@ sys.path.insert(0, str(HERE))
 
 from matmul_roof import roof  # noqa: E402
 from update_ours import Ours  # noqa: E402
-
-from dreamer.learning.fused import FusedDreamerV3Loss  # noqa: E402
 
 PHASES = {  # label: (attribute path from the learner, method)
     "forward": ("stepper.loss_module", "forward"),
@@ -77,8 +75,6 @@ def label(obj, method: str, name: str) -> None:
 
 def profile_updates(ours: Ours, updates: int) -> dict:
     learner = ours.learner
-    if not isinstance(learner.stepper.loss_module, FusedDreamerV3Loss):
-        raise SystemExit("profile_update: the learner does not run the fused loss")
     for name, (path, method) in PHASES.items():
         label(functools.reduce(getattr, path.split("."), learner), method, name)
     with profile(activities=[ProfilerActivity.CPU]):

@@ -8,6 +8,7 @@ Every user error becomes a ``ConfigError`` whose message is one line naming the 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import re
@@ -206,18 +207,14 @@ class LearnerConfig:
     device: str = _f("auto", choices=("auto", "cpu", "cuda"))
     """where the learner runs; auto = cuda when a GPU is visible"""
     precision: str = _f("auto", choices=("auto", "bf16", "fp32"))
-    """bf16 = autocast without loss scaling (CUDA only); auto = bf16 on CUDA, fp32 on the
-    CPU"""
+    """bf16 = the loss under bf16 autocast, without loss scaling (CUDA, or a CPU with
+    bf16 instructions); auto = bf16 on CUDA, fp32 on the CPU"""
     compile: str = _f("auto", choices=TRISTATE)
-    """torch.compile the update (with the fused rollout its step functions, with
-    torchrl's the whole step), cached under $XDG_CACHE_HOME/dreamer; auto = on CUDA (the
-    long CPU presets set true)"""
+    """torch.compile the update's step functions (RSSM steps, the losses after
+    imagination), cached under $XDG_CACHE_HOME/dreamer; auto = on CUDA (the long CPU
+    presets set true)"""
     cudagraph: str = _f("auto", choices=TRISTATE)
     """CUDA-graph the update's forward and backward; auto = on CUDA"""
-    rollout: str = _f("auto", choices=("auto", "fused", "torchrl"))
-    """fused = world-model and imagination rollouts as tensor scans (same losses,
-    parameters and checkpoints as torchrl's); torchrl = torchrl's DreamerV3Loss as is;
-    auto = fused on the CPU, torchrl on CUDA"""
     lr: float = _f(4e-5, "> 0")
     """learning rate of world model, actor and critic (the official 4e-5)"""
     warmup: int = _f(1000, ">= 0")
@@ -322,9 +319,32 @@ def _env_keys(env_name: str | None) -> dict[str, Any]:
     return keys
 
 
+# Keys an earlier version had: set on a command line or in a preset, one line saying
+# what replaced them; in a run directory's saved config, dropped (the run resumes).
+REMOVED_KEYS = {
+    "learner.rollout": "removed: the update is one implementation on every device; "
+    "learner.compile and learner.precision choose how it runs",
+}
+
+
+def without_removed(saved: dict) -> dict:
+    """A saved config (a nested dict) without the ``REMOVED_KEYS``."""
+    saved = copy.deepcopy(saved)
+    for key in REMOVED_KEYS:
+        section, _, name = key.rpartition(".")
+        node = saved
+        for part in section.split("."):
+            node = node.get(part, {}) if isinstance(node, dict) else {}
+        if isinstance(node, dict):
+            node.pop(name, None)
+    return saved
+
+
 def _schema_type(key: str, env_name: str | None = None) -> Any:
     """The schema type at dotted ``key`` (a dataclass for a section); ConfigError if unknown.
     ``env.*`` keys are the env kind's (``env_name``), or any kind's when it is None."""
+    if key in REMOVED_KEYS:
+        raise ConfigError(f"{key}: {REMOVED_KEYS[key]}")
     section, _, rest = key.partition(".")
     if section == "env" and rest:
         keys = _env_keys(env_name)
@@ -686,7 +706,7 @@ def saved(path: Path) -> DictConfig:
     that does not fit it (another version's keys) is a ``ConfigError`` naming the key."""
     from omegaconf.errors import OmegaConfBaseException
 
-    stored = OmegaConf.load(path)
+    stored = OmegaConf.create(without_removed(OmegaConf.to_container(OmegaConf.load(path))))
     env_name = OmegaConf.select(stored, "env.name")
     try:
         try:
@@ -743,7 +763,7 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 def check_resume(saved: dict, cfg: DictConfig) -> None:
     """Refuse to resume a run directory under a config that differs outside
     ``RESUMABLE_KEYS``; the message names the first differing key."""
-    before = flatten(saved)
+    before = flatten(without_removed(saved))
     after = flatten(OmegaConf.to_container(cfg))
     for key in sorted(set(before) | set(after)):
         if key in RESUMABLE_KEYS or before.get(key) == after.get(key):

@@ -21,7 +21,7 @@ from torchrl.modules.models.model_based import (
 from torchrl.objectives.dreamer_v3 import _match_trailing_dim, _replay_value_target
 
 # -- the DreamerV3 building blocks our own networks are made of (the multi-key
-# encoder/decoder, the official-style CNN, the masked actor) and that the fused rollout
+# encoder/decoder, the official-style CNN, the masked actor) and that the loss's scans
 # recognises in torchrl's: torchrl exports the networks, not their layers and inits
 dreamer_v3_init = _dreamer_v3_init  # the official's truncated-normal init, linear layers
 dreamer_v3_conv_init = _dreamer_v3_conv_init  # the same for convolutions
@@ -29,8 +29,8 @@ BlockLinear = _DreamerV3BlockLinear  # the block-diagonal GRU layer
 ChannelRMSNorm = _DreamerV3ChannelRMSNorm  # RMS norm over a feature map's channels
 RMSNorm = _DreamerV3RMSNorm
 
-# -- the loss's pieces the fused rollout computes torchrl's way, so the two rollouts
-# stay equal (tests/test_fused.py) without a copy of torchrl's code
+# -- the loss's pieces computed torchrl's way, so the loss stays equal to torchrl's
+# (tests/test_fused.py) without a copy of torchrl's code
 straight_through_categorical = _straight_through_categorical  # the RSSM state draw
 match_trailing_dim = _match_trailing_dim  # log-prob/entropy shapes against the returns
 replay_value_target = _replay_value_target  # the replay-value term's lambda returns
@@ -38,7 +38,7 @@ replay_value_target = _replay_value_target  # the replay-value term's lambda ret
 
 def dist_sample(dist_module, dist) -> torch.Tensor:
     """A draw from the actor's distribution as torchrl's actor loss makes it (rsample or
-    sample, per the module's settings): the fused imagination keeps its random stream."""
+    sample, per the module's settings): the loss's imagination keeps its random stream."""
     return dist_module._dist_sample(dist, InteractionType.RANDOM)
 
 

@@ -1,5 +1,5 @@
 """Losses and gradients of one forward/backward through torchrl's stepper: how the
-fused rollout is held equal to torchrl's (tests and the GPU check use it alike)."""
+loss is held equal to torchrl's reference (tests and the GPU check use it alike)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ def losses_and_gradients(loss_module, stepper_loss, sample, fixed: bool, mode: s
     """One forward/backward of ``stepper_loss`` (``loss_module`` owns the parameters);
     the loss's buffers (return statistics) are put back afterwards so both paths start
     from the same state. ``fixed``: fixed draws (uniforms 0.5, the most likely choice).
-    ``mode``: ``fp32`` eager; on CUDA ``bf16`` (autocast) or ``bf16_cudagraph`` (the
-    forward/backward captured), each through the stepper's own update at lr 0."""
+    ``mode``: ``fp32`` eager; ``bf16`` (the loss's own autocast, on any device) or on
+    CUDA ``bf16_cudagraph`` (the forward/backward captured), each through the stepper's
+    own update at lr 0."""
     from torchrl.trainers.algorithms import DreamerV3OptimizationStepper
 
     optimizer = torch.optim.SGD(loss_module.parameters(), lr=0.0)
@@ -27,8 +28,8 @@ def losses_and_gradients(loss_module, stepper_loss, sample, fixed: bool, mode: s
         None,
         compile_train_step=False,
         cudagraph=mode == "bf16_cudagraph",
-        mixed_precision=mode != "fp32",
     )
+    stepper_loss.precision = "fp32" if mode == "fp32" else "bf16"
     saved = [b.clone() for b in loss_module.buffers()]
     for p in loss_module.parameters():
         p.grad = None
@@ -41,6 +42,7 @@ def losses_and_gradients(loss_module, stepper_loss, sample, fixed: bool, mode: s
                 stepper.warmup(sample.clone())
             torch.manual_seed(3)
             out = stepper.step(None, sample.clone())
+    stepper_loss.precision = "fp32"
     grads = {n: p.grad.clone() for n, p in loss_module.named_parameters() if p.grad is not None}
     buffers = [b.clone() for b in loss_module.buffers()]
     with torch.no_grad():

@@ -30,7 +30,7 @@ def one_update(overrides: list[str]) -> dict:
     losses = learner.update(batch)
     seconds = time.perf_counter() - started
     grads = {name: p.grad.clone() for name, p in learner.loss.named_parameters()}
-    return {"losses": losses, "grads": grads, "seconds": seconds, "fused": learner.fused}
+    return {"losses": losses, "grads": grads, "seconds": seconds}
 
 
 if __name__ == "__main__":

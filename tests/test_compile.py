@@ -1,4 +1,4 @@
-"""learner.compile=true with the fused loss: small compiled graphs that compute what the
+"""learner.compile=true: small compiled graphs that compute what the
 eager fused loss computes, and a compile cache a later process reuses."""
 
 import os
@@ -33,7 +33,6 @@ def test_a_compiled_update_equals_the_eager_one_and_a_new_process_reuses_its_cac
     assert warm["seconds"] < cold["seconds"] / 3, (cold["seconds"], warm["seconds"])
 
     eager = one_update(["learner.compile=false"])
-    assert cold["fused"] and eager["fused"]
     for run in (cold, warm):
         assert run["losses"].keys() == eager["losses"].keys()
         for key, value in eager["losses"].items():

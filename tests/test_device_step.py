@@ -1,7 +1,6 @@
 """The learner's captured step touches nothing on the host when it runs on another
 device (tests/device_step.py: the meta device as the stand-in for CUDA), for every
-kind of agent and both rollouts; and the stand-in itself catches what the first GPU
-run hit."""
+kind of agent; and the stand-in itself catches what the first GPU run hit."""
 
 import pytest
 import torch
@@ -15,10 +14,10 @@ from tests.device_step import HostTouched, captured_step, meta_moves
 from tests.test_fused import AGENTS
 
 
-def learner_and_batch(kind: str, rollout: str, device: torch.device):
+def learner_and_batch(kind: str, device: torch.device):
     overrides, spaces = AGENTS[kind]
     cfg = load(
-        ["experiment=smoke", *overrides, f"learner.rollout={rollout}"]
+        ["experiment=smoke", *overrides]
         + ["learner.compile=false", "learner.cudagraph=false", "learner.precision=fp32"]
     )
     length = 8
@@ -31,11 +30,10 @@ def learner_and_batch(kind: str, rollout: str, device: torch.device):
     return learner, batch
 
 
-@pytest.mark.parametrize("rollout", ["torchrl", "fused"])
 @pytest.mark.parametrize("kind", list(AGENTS))
-def test_the_captured_step_stays_on_the_device(monkeypatch, kind, rollout):
+def test_the_captured_step_stays_on_the_device(monkeypatch, kind):
     with meta_moves(monkeypatch) as device:
-        learner, batch = learner_and_batch(kind, rollout, device)
+        learner, batch = learner_and_batch(kind, device)
         assert captured_step(learner, batch) > 1000  # the whole loss and its backward ran
         grads = [p.grad for p in learner.loss.parameters()]
         assert all(grad is not None and grad.device == device for grad in grads)
@@ -43,8 +41,8 @@ def test_the_captured_step_stays_on_the_device(monkeypatch, kind, rollout):
 
 def test_the_stand_in_catches_a_host_tensor_and_a_host_read(monkeypatch):
     """What the GPU run found, put back: the loss moved by torchrl's own ``_apply`` (as
-    before ``DreamerLoss._apply``: the imagination env stays on the CPU); a step that
-    reads a value on the host."""
+    before ``DreamerLoss._apply``: the value head's ``bins``, held outside the module
+    tree, stay on the CPU); a step that reads a value on the host."""
     from torchrl.objectives import LossModule
 
     from dreamer.agent.loss import DreamerLoss
@@ -52,13 +50,13 @@ def test_the_stand_in_catches_a_host_tensor_and_a_host_read(monkeypatch):
     with meta_moves(monkeypatch) as device:
         with monkeypatch.context() as reverted:
             reverted.setattr(DreamerLoss, "_apply", LossModule._apply)
-            learner, batch = learner_and_batch("vector_discrete", "torchrl", device)
-        assert learner.loss.actor_loss.model_based_env.device == torch.device("cpu")
+            learner, batch = learner_and_batch("vector_discrete", device)
+        assert learner.loss.networks.value_decode.bins.device == torch.device("cpu")
         with pytest.raises(HostTouched, match="cpu"):
             captured_step(learner, batch)
 
-        learner, batch = learner_and_batch("vector_discrete", "fused", device)
-        forward = type(learner.stepper.loss_module).forward
+        learner, batch = learner_and_batch("vector_discrete", device)
+        forward = DreamerLoss.forward
 
         def reads_the_host(self, sample):
             result = forward(self, sample)
@@ -66,6 +64,6 @@ def test_the_stand_in_catches_a_host_tensor_and_a_host_read(monkeypatch):
                 result.set("loss_actor", result.get("loss_actor") * 1)
             return result
 
-        monkeypatch.setattr(type(learner.stepper.loss_module), "forward", reads_the_host)
+        monkeypatch.setattr(DreamerLoss, "forward", reads_the_host)
         with pytest.raises(HostTouched, match="_local_scalar_dense"):
             captured_step(learner, batch)

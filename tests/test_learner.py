@@ -10,9 +10,13 @@ from dreamer.agent.build import build_agent
 from dreamer.config import load
 from dreamer.data.replay import random_batch
 from dreamer.envs.make import make_env
-from dreamer.learning.learner import Learner, NonFiniteError, learner_modes
+from dreamer.errors import ConfigError
+from dreamer.learning import learner as learner_module
+from dreamer.learning.learner import Learner, NonFiniteError, cpu_has_bf16, learner_modes
 from tests.batches import real_batch
 
+# bf16 where this CPU computes it (a CPU without it refuses: tested below)
+PRECISIONS = ["fp32", "bf16"] if cpu_has_bf16() else ["fp32"]
 WORLD_MODEL_TERMS = ("loss_model_reco", "loss_model_reward", "loss_model_continue")
 
 
@@ -159,12 +163,12 @@ def test_nan_update_is_skipped_counted_and_leaves_the_learner_untouched():
     assert learner.optimizer.skipped == 1 and learner.optimizer.consecutive_skips == 0
 
 
-@pytest.mark.parametrize("rollout", ["fused", "torchrl"])
-def test_nan_arising_inside_the_update_is_skipped_not_raised(rollout):
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_nan_arising_inside_the_update_is_skipped_not_raised(precision):
     """A finite batch through a world model holding an Inf weight: NaN appears inside
     the update (posterior states, then the actor's logits), which torch's samplers
     would raise on; the update is skipped by the finite check on its gradients."""
-    cfg = load(["experiment=smoke", "env=cartpole", f"learner.rollout={rollout}"])
+    cfg = load(["experiment=smoke", "env=cartpole", f"learner.precision={precision}"])
     spaces, batch = real_batch(cfg, cfg.replay.batch, cfg.replay.length)
     agent = build_agent(cfg.model, cfg.learner, spaces)
     learner = Learner(agent, cfg.learner, torch.device("cpu"))
@@ -197,23 +201,30 @@ def test_persistent_nan_stops_after_max_skips():
 @pytest.mark.parametrize(
     ("overrides", "device", "expected"),
     [
-        ([], "cpu", {"compile": False, "cudagraph": False, "bf16": False, "fused": True}),
-        ([], "cuda", {"compile": True, "cudagraph": True, "bf16": True, "fused": False}),
+        ([], "cpu", {"compile": False, "cudagraph": False, "bf16": False}),
+        ([], "cuda", {"compile": True, "cudagraph": True, "bf16": True}),
+        (["learner.compile=true"], "cpu", {"compile": True, "cudagraph": False, "bf16": False}),
         (
-            ["learner.compile=true", "learner.rollout=torchrl"],
-            "cpu",
-            {"compile": True, "cudagraph": False, "bf16": False, "fused": False},
-        ),
-        (
-            ["learner.compile=false", "learner.precision=fp32", "learner.rollout=fused"],
+            ["learner.compile=false", "learner.precision=fp32"],
             "cuda",
-            {"compile": False, "cudagraph": True, "bf16": False, "fused": True},
+            {"compile": False, "cudagraph": True, "bf16": False},
         ),
     ],
 )
 def test_learner_modes_resolve_auto_per_device(overrides, device, expected):
     cfg = load(["learner.device=cpu", *overrides])  # validated as a CPU run
     assert learner_modes(cfg.learner, torch.device(device)) == expected
+
+
+def test_bf16_on_a_cpu_runs_where_the_cpu_has_it_and_is_one_line_where_not(monkeypatch):
+    cfg = load(["learner.device=cpu", "learner.precision=bf16"])
+    monkeypatch.setattr(learner_module, "cpu_has_bf16", lambda: True)
+    assert learner_modes(cfg.learner, torch.device("cpu"))["bf16"]
+    monkeypatch.setattr(learner_module, "cpu_has_bf16", lambda: False)
+    with pytest.raises(ConfigError, match="learner.precision: bf16 needs a CPU with bf16"):
+        learner_modes(cfg.learner, torch.device("cpu"))
+    # without it, auto stays fp32 and so does CUDA's explicit fp32
+    assert not learner_modes(load(["learner.device=cpu"]).learner, torch.device("cpu"))["bf16"]
 
 
 ALLOWED = sorted(os.sched_getaffinity(0))

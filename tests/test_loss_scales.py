@@ -1,6 +1,6 @@
 """``learner.loss_scales``, ``free_nats``, ``slowreg`` and ``imag_last`` reach the
-DreamerV3 loss in both rollouts: changing one moves exactly its term, in the value and
-in the gradient of the total the stepper minimises, and nothing else."""
+DreamerV3 loss, ours and torchrl's reference alike: changing one moves exactly its term,
+in the value and in the gradient of the total the stepper minimises, and nothing else."""
 
 import pytest
 import torch
@@ -8,12 +8,12 @@ from torchrl.trainers.algorithms import DreamerV3OptimizationStepper
 
 from dreamer.agent.build import build_agent
 from dreamer.config import LossScales, load
-from dreamer.learning.fused import FusedDreamerV3Loss
 from tests.batches import real_batch
 from tests.ddp_updates import same_draws
+from tests.torchrl_reference import TorchrlReference
 
 BASE = ["experiment=smoke", "env=cartpole"]
-ROLLOUTS = ["fused", "torchrl"]
+ROLLOUTS = ["ours", "torchrl"]
 # each scale of learner.loss_scales and the loss entry it weighs
 TERMS = {
     "rec": "loss_model_reco",
@@ -58,7 +58,7 @@ def forward(data, rollout: str, *overrides: str, perturbed: bool = False):
         with torch.no_grad():
             for parameter in loss.parameters():
                 parameter.add_(0.1 * torch.randn_like(parameter))
-    module = FusedDreamerV3Loss(loss) if rollout == "fused" else loss
+    module = loss if rollout == "ours" else TorchrlReference(loss)
     sample = prepared(module, loss, batch)
     torch.manual_seed(1)
     with same_draws():
@@ -166,7 +166,7 @@ def test_slowreg_weighs_the_slow_critic_term_in_both_critic_losses(rollout, data
 def starts_of(rollout: str, module, loss) -> list:
     """Record the states imagination starts from."""
     seen = []
-    if rollout == "fused":
+    if rollout == "ours":
         imagine = module._imagine
 
         def recording(state, belief, horizon):
@@ -187,7 +187,7 @@ def test_imag_last_imagines_from_the_last_steps_of_every_sequence(rollout, data)
     cfg = load([*BASE, "learner.imag_last=4"])
     torch.manual_seed(0)
     loss = build_agent(cfg.model, cfg.learner, spaces).loss
-    module = FusedDreamerV3Loss(loss) if rollout == "fused" else loss
+    module = loss if rollout == "ours" else TorchrlReference(loss)
     seen = starts_of(rollout, module, loss)
     with same_draws():
         out = module(prepared(module, loss, batch))

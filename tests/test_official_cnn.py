@@ -15,11 +15,11 @@ from dreamer.agent.networks import CNN_MULTS, MultiDecoder, MultiEncoder
 from dreamer.agent.spaces import EnvSpaces, ObsKey
 from dreamer.config import load
 from dreamer.envs.make import make_env
-from dreamer.learning.fused import FusedDreamerV3Loss
 from dreamer.learning.learner import Learner
 from dreamer.serving.policy import acting_weights
 from tests.batches import real_batch
 from tests.compare import RTOL, losses_and_gradients
+from tests.torchrl_reference import TorchrlReference
 
 KERNEL = 5
 STATE, BELIEF, UNITS = 2 * 8, 64, 32  # a small latent: stoch x classes, deter, MLP width
@@ -182,7 +182,6 @@ def test_a_learner_update_acts_and_rebuilds_with_the_stride_one_cnns(pixels):
     torch.manual_seed(0)
     agent = build_agent(cfg.model, cfg.learner, spaces)
     learner = Learner(agent, cfg.learner, torch.device("cpu"))
-    assert learner.fused
     encoder, decoder = agent.world_model.module[0].module, agent.world_model.module[2].module
     assert isinstance(encoder.cnns[0], PoolingImageEncoder)
     assert isinstance(decoder.cnns[0], UpsamplingImageDecoder)
@@ -207,12 +206,12 @@ def test_a_learner_update_acts_and_rebuilds_with_the_stride_one_cnns(pixels):
     assert torch.isfinite(rollout["next", "belief"]).all()
 
 
-def test_the_fused_rollout_computes_torchrls_losses_with_the_stride_one_cnns(pixels):
+def test_the_loss_computes_torchrls_losses_with_the_stride_one_cnns(pixels):
     cfg, spaces, batch = pixels
     torch.manual_seed(0)
     loss = build_agent(cfg.model, cfg.learner, spaces).loss
-    theirs, their_grads, _ = losses_and_gradients(loss, loss, batch, True)
-    ours, our_grads, _ = losses_and_gradients(loss, FusedDreamerV3Loss(loss), batch, True)
+    theirs, their_grads, _ = losses_and_gradients(loss, TorchrlReference(loss), batch, True)
+    ours, our_grads, _ = losses_and_gradients(loss, loss, batch, True)
     keys = [key for key in theirs.keys() if key != "replay_context"]
     assert "loss_model_reco" in keys and keys == [k for k in ours.keys() if k != "replay_context"]
     for key in keys:

@@ -12,10 +12,10 @@ from dreamer.agent.spaces import spaces_from_env
 from dreamer.config import load
 from dreamer.data.replay import ENV_INDEX, SequenceReplay
 from dreamer.envs.make import make_env
-from dreamer.learning.fused import FusedDreamerV3Loss
-from dreamer.learning.learner import Learner
+from dreamer.learning.learner import Learner, cpu_has_bf16
 from tests.batches import real_batch
 from tests.ddp_updates import same_draws
+from tests.torchrl_reference import TorchrlReference
 
 LATENTS = ("state", "belief")
 
@@ -40,23 +40,22 @@ def test_replay_of_acting_transitions_holds_no_latent_and_its_sample_trains(stor
     stored = {key for key in sample.keys(True, True)}
     assert not stored & {*LATENTS, ("next", "state"), ("next", "belief")}
     assert ("next", "observation") in stored and "action" in stored
-    for rollout in ("torchrl", "fused"):
-        learner_cfg = load(["experiment=smoke", "env=cartpole", f"learner.rollout={rollout}"])
+    for precision in ("fp32", "bf16") if cpu_has_bf16() else ("fp32",):
+        learner_cfg = load(["experiment=smoke", "env=cartpole", f"learner.precision={precision}"])
         learner = Learner(agent, learner_cfg.learner, torch.device("cpu"))
-        assert learner.fused == (rollout == "fused")
         losses = learner.update(sample.clone())
         terms = [key for key in losses if key.startswith("loss_")]
         assert "loss_model_reco" in terms and "loss_actor" in terms
         assert all(math.isfinite(losses[key]) for key in terms), losses
 
 
-@pytest.mark.parametrize("fused", [False, True], ids=["torchrl", "fused"])
-def test_the_world_model_starts_from_zeros_whatever_latent_a_sample_holds(fused):
+@pytest.mark.parametrize("ours", [False, True], ids=["torchrl", "ours"])
+def test_the_world_model_starts_from_zeros_whatever_latent_a_sample_holds(ours):
     cfg = load(["experiment=smoke", "env=cartpole"])
     spaces, batch = real_batch(cfg, cfg.replay.batch, cfg.replay.length)
     torch.manual_seed(0)
     loss = build_agent(cfg.model, cfg.learner, spaces).loss
-    module = FusedDreamerV3Loss(loss) if fused else loss
+    module = loss if ours else TorchrlReference(loss)
     state_size, belief_size = latent_sizes(cfg.model)
     stale = batch.clone()  # what a replay of the old layout held: acting latents
     stale.set("state", torch.randn(*batch.shape, state_size))

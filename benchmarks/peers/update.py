@@ -8,7 +8,7 @@
 The update: size1m, a synthetic batch of 16 x 64 replayed steps, imagination of 15 steps
 from all 1,024 replayed states, the replay-value loss on; the train step alone.
   ours      this project's learner (``benchmarks/peers/update_ours.py``):
-            ``experiment=dmc_proprio learner.rollout=fused``, modes ``eager`` and
+            ``experiment=dmc_proprio``, modes ``eager`` and
             ``compiled`` (``learner.compile=true``); for images the official-style CNN
             (``model.cnn_strided=false``) and, unless ``--no-strided``, torchrl's strided
             one as ``eager_strided`` / ``compiled_strided``

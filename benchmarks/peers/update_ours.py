@@ -7,7 +7,7 @@
 ``model.cnn_strided=false`` where the config has it), ``batch`` and ``length``. The
 learner is the one ``benchmarks/learner.py`` times: ``experiment=dmc_proprio`` (size1m,
 the official learner settings: imagination of 15 steps from every replayed state,
-replay-value loss), ``learner.rollout=fused``, ``learner.compile`` per mode, on a
+replay-value loss), ``learner.compile`` per mode, on a
 synthetic batch (``tests/batches.py``).
 """
 
@@ -49,7 +49,7 @@ class Ours:
         self, obs: str, threads: int, mode: str, strided: bool, batch: int, length: int
     ) -> dict:
         torch.set_num_threads(threads)
-        self.overrides = ["experiment=dmc_proprio", "learner.rollout=fused"]
+        self.overrides = ["experiment=dmc_proprio"]
         self.overrides += [f"replay.batch={batch}", f"replay.length={length}"]
         notes = []
         if obs == "image":

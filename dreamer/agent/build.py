@@ -35,7 +35,7 @@ from torchrl.objectives import (
     ValueEstimators,
 )
 
-from dreamer.agent.loss import DreamerLoss
+from dreamer.agent.loss import DreamerLoss, Networks
 from dreamer.agent.masked import masked_multi_head_actor
 from dreamer.agent.networks import Carry, ContinuousActorNet, MultiDecoder, MultiEncoder, ToFloat
 from dreamer.agent.rollout import ZeroStartRollout
@@ -61,13 +61,15 @@ def _head(in_features: int, out: int, model, depth: int, outscale: float = 1.0) 
     return DreamerV3MLP(in_features, out, depth=depth, num_cells=model.units, outscale=outscale)
 
 
-def _two_hot_head(net: nn.Module, prefix, name: str, in_keys, bins: int) -> TensorDictSequential:
+def _two_hot_head(
+    net: nn.Module, decode: SymExpTwoHot, prefix, name: str, in_keys
+) -> TensorDictSequential:
     logits = (*prefix, f"{name}_logits") if prefix else f"{name}_logits"
     value = (*prefix, name) if prefix else name
     return TensorDictSequential(
         TensorDictModule(net, in_keys=in_keys, out_keys=[logits]),
         TensorDictModule(ToFloat(), in_keys=[logits], out_keys=[logits]),
-        TensorDictModule(SymExpTwoHot(bins), in_keys=[logits], out_keys=[value]),
+        TensorDictModule(decode, in_keys=[logits], out_keys=[value]),
     )
 
 
@@ -193,28 +195,6 @@ def build_agent(model, learner, spaces: EnvSpaces) -> Agent:
     features = state_dim + model.deter
     obs_names = [key.name for key in spaces.obs]
     encoder, prior, posterior = build_rssm(model, spaces)
-    world_model, reward_net, continue_net = _world_model(
-        model, spaces, encoder, prior, posterior, features, state_dim
-    )
-    imagination_env, continuation = _imagination(model, spaces, prior, reward_net, continue_net)
-    actor = make_actor(spaces, features, model)
-    value = _two_hot_head(
-        _head(features, model.bins, model, model.layers, outscale=0.0),
-        (),
-        "state_value",
-        ["state", "belief"],
-        model.bins,
-    )
-    loss = _loss(model, learner, spaces, world_model, actor, value, imagination_env, continuation)
-    target_updater = SoftUpdate(loss.value_loss, tau=learner.slow_critic)
-    policy = acting_policy(encoder, prior, posterior, actor, obs_names)
-    return Agent(spaces, world_model, actor, value, policy, loss, target_updater)
-
-
-def _world_model(model, spaces: EnvSpaces, encoder, prior, posterior, features, state_dim):
-    """The world model on replayed sequences (encoder, RSSM rollout from zeros, decoder,
-    reward and continue heads); and its reward and continue heads."""
-    obs_names = [key.name for key in spaces.obs]
     decoder = MultiDecoder(
         spaces,
         features,
@@ -226,8 +206,44 @@ def _world_model(model, spaces: EnvSpaces, encoder, prior, posterior, features, 
     )
     reward_net = _head(features, model.bins, model, model.head_layers, outscale=0.0)
     continue_net = _head(features, 1, model, model.head_layers)
+    reward_decode = SymExpTwoHot(model.bins)
+    world_model = _world_model(
+        model, spaces, encoder, prior, posterior, decoder, reward_net, reward_decode, continue_net
+    )
+    imagination_env, continuation = _imagination(model, spaces, prior, reward_net, continue_net)
+    actor = make_actor(spaces, features, model)
+    value_net = _head(features, model.bins, model, model.layers, outscale=0.0)
+    value_decode = SymExpTwoHot(model.bins)
+    value = _two_hot_head(value_net, value_decode, (), "state_value", ["state", "belief"])
+    networks = Networks(
+        obs_keys=[("next", name) for name in obs_names],
+        encoder=encoder,
+        decoder=decoder,
+        prior=prior,
+        posterior=posterior,
+        reward=reward_net,
+        reward_decode=reward_decode,
+        continues=continue_net,
+        value=value_net,
+        value_decode=value_decode,
+        actor=actor,
+    )
+    loss = _loss(
+        model, learner, spaces, world_model, actor, value, imagination_env, continuation, networks
+    )
+    target_updater = SoftUpdate(loss.value_loss, tau=learner.slow_critic)
+    policy = acting_policy(encoder, prior, posterior, actor, obs_names)
+    return Agent(spaces, world_model, actor, value, policy, loss, target_updater)
+
+
+def _world_model(
+    model, spaces, encoder, prior, posterior, decoder, reward_net, reward_decode, continue_net
+):
+    """torchrl's world model on replayed sequences (the model loss's reference: encoder,
+    RSSM rollout from zeros, decoder, reward and continue heads)."""
+    obs_names = [key.name for key in spaces.obs]
     next_latent = [("next", "state"), ("next", "belief")]
-    world_model = TensorDictSequential(
+    return TensorDictSequential(
         TensorDictModule(
             encoder,
             in_keys=[("next", name) for name in obs_names],
@@ -251,10 +267,9 @@ def _world_model(model, spaces: EnvSpaces, encoder, prior, posterior, features, 
             in_keys=next_latent,
             out_keys=[("next", reco_key(name)) for name in obs_names],
         ),
-        _two_hot_head(reward_net, ("next",), "reward", next_latent, model.bins),
+        _two_hot_head(reward_net, reward_decode, ("next",), "reward", next_latent),
         TensorDictModule(continue_net, in_keys=next_latent, out_keys=[("next", "continue_pred")]),
     )
-    return world_model, reward_net, continue_net
 
 
 def _imagination(model, spaces: EnvSpaces, prior, reward_net, continue_net):
@@ -265,7 +280,7 @@ def _imagination(model, spaces: EnvSpaces, prior, reward_net, continue_net):
         TensorDictModule(
             prior, in_keys=["state", "belief", "action"], out_keys=["_", "state", "belief"]
         ),
-        _two_hot_head(reward_net, (), "reward", ["state", "belief"], model.bins),
+        _two_hot_head(reward_net, SymExpTwoHot(model.bins), (), "reward", ["state", "belief"]),
     )
     imagination_env = DreamerEnv(
         imagination, prior_shape=torch.Size([state_dim]), belief_shape=torch.Size([model.deter])
@@ -283,7 +298,9 @@ def _imagination(model, spaces: EnvSpaces, prior, reward_net, continue_net):
     return imagination_env, continuation
 
 
-def _loss(model, learner, spaces, world_model, actor, value, imagination_env, continuation):
+def _loss(
+    model, learner, spaces, world_model, actor, value, imagination_env, continuation, networks
+):
     """torchrl's three DreamerV3 losses, unweighted, in ``DreamerLoss`` (which weighs
     them with ``learner.loss_scales`` in ``dreamer_v3_loss``)."""
     obs_names = [key.name for key in spaces.obs]
@@ -328,6 +345,7 @@ def _loss(model, learner, spaces, world_model, actor, value, imagination_env, co
         model_loss,
         actor_loss,
         value_loss,
+        networks=networks,
         scales={name: float(value) for name, value in learner.loss_scales.items()},
         continuation_horizon=learner.return_horizon,
         lmbda=learner.lmbda,

@@ -1,18 +1,34 @@
-"""The whole DreamerV3 loss in one function, ``dreamer_v3_loss``: the official
-``dreamerv3/agent.py``'s three sections (world model, imagination, replay), each term
-times its ``learner.loss_scales`` entry.
+"""The whole DreamerV3 loss, ``DreamerLoss.forward``: the official ``dreamerv3/agent.py``'s
+three sections (world model, imagination, replay), each term times its
+``learner.loss_scales`` entry (``dreamer_v3_loss``), on every device and precision.
 
-The terms come unweighted from one of two rollouts over the same torchrl modules (the
-owners of every parameter): ``DreamerLoss`` below (``learner.rollout=torchrl``) or the
-fused scans of ``dreamer/learning/fused.py``; which one changes the speed, not the terms.
-torchrl's stepper sums the ``loss_*`` entries returned here and runs backward.
+torchrl's ``DreamerV3ModelLoss`` / ``ActorLoss`` / ``ValueLoss`` own every parameter and
+buffer (checkpoints are theirs) and are the reference: tests/test_fused.py holds each
+term and each gradient equal to theirs (``tests/torchrl_reference.py``) with the same
+random draws. The sequential parts run as tensor scans (``dreamer/agent/scans.py``, which
+says why); the networks come by name (``Networks``), not from torchrl's module order.
 """
 
 from __future__ import annotations
 
+import contextlib
+from dataclasses import dataclass
+
 import torch
 from tensordict import TensorDict, TensorDictBase
+from torch import nn
+from torch.nn import functional
+from torchrl.modules.distributions.utils import has_analytic_entropy, rsample_and_log_prob
 from torchrl.objectives import DreamerV3Loss
+from torchrl.objectives.dreamer_v3 import categorical_kl_terms, symlog
+
+from dreamer.agent.scans import ActorParts, RSSMCell, head_output, two_hot_cross_entropy
+from dreamer.torchrl_compat import (
+    match_trailing_dim,
+    reduce_loss,
+    replay_value_target,
+    return_scale,
+)
 
 
 def dreamer_v3_loss(terms: dict[str, torch.Tensor], scales: dict[str, float]) -> dict:
@@ -39,27 +55,69 @@ def dreamer_v3_loss(terms: dict[str, torch.Tensor], scales: dict[str, float]) ->
     }
 
 
+@dataclass
+class Networks:
+    """The networks the loss runs, by what they compute (``build_agent`` names them);
+    their parameters are the torchrl losses' own."""
+
+    obs_keys: list  # the replayed observations the encoder reads, in its argument order
+    encoder: nn.Module
+    decoder: nn.Module
+    prior: nn.Module  # torchrl's RSSMPriorV3 (block GRU)
+    posterior: nn.Module  # RSSMPosteriorV3
+    reward: nn.Module  # reward logits
+    reward_decode: nn.Module  # logits -> reward (SymExpTwoHot)
+    continues: nn.Module  # continuation logit
+    value: nn.Module  # the critic's logits
+    value_decode: nn.Module
+    actor: nn.Module  # ProbabilisticTensorDictSequential: network, then distribution
+
+
 class DreamerLoss(DreamerV3Loss):
-    """The terms from torchrl's modules (``learner.rollout=torchrl``), weighed by
-    ``dreamer_v3_loss``. torchrl's forward, with what it has no knob for, as the
-    official agent: every term unweighted (its model loss is built with weights 1), and
+    """torchrl's three DreamerV3 losses composed as the official agent: every term
+    unweighted by torchrl (its model loss is built with weights 1) and weighed here, and
     ``imag_last`` (``learner.imag_last``): imagination starts from the last K replayed
     steps of every sequence (0: all of them), and the replay-value term learns on those
-    K steps, bootstrapped from their imagined returns.
+    K steps, bootstrapped from their imagined returns. ``precision`` (``"bf16"``) runs
+    the forward under bf16 autocast on any device (torchrl's stepper autocasts CUDA only).
     """
 
-    def __init__(self, *args, scales: dict[str, float], imag_last: int = 0, **kwargs):
+    def __init__(
+        self, *args, networks: Networks, scales: dict[str, float], imag_last: int = 0, **kwargs
+    ):
         # the replay-value term is computed only where it weighs something
         super().__init__(*args, replay_value_loss_weight=float(scales["repval"] > 0), **kwargs)
+        model_loss, actor_loss, value_loss = self.model_loss, self.actor_loss, self.value_loss
+        if model_loss.kl_mode != "separate" or not actor_loss.use_reinforce:
+            raise ValueError("the loss computes separate KL terms and REINFORCE")
+        if value_loss.value_loss != "two_hot" or model_loss.reco_loss != "l2":
+            raise ValueError("the loss computes two-hot values and l2 reconstruction")
         self.scales = scales
         self.imag_last = imag_last
+        self.networks = networks
+        self.cell = RSSMCell(networks.prior, networks.posterior)
+        self.actor_parts = ActorParts(networks.actor)
+        self.precision = "fp32"
+
+    def compile_steps(self) -> None:
+        """torch.compile the rollouts' step functions: small graphs, compiled once per
+        shape, that fuse the elementwise chains of the 64 + 15 steps. The batched parts
+        (encoder, decoder, reconstruction) stay eager: compiling them gained little and
+        doubled the cold compile (benchmarks/README.md, "Learner modes"). Everything after
+        imagination (``_behavior``) is one loop-free graph over all imagined states:
+        compiled, it fuses the heads' and the losses' elementwise work, 16% of an update
+        (``benchmarks/profile_update.py``). It draws nothing at random: the actors'
+        distributions here (IndependentNormal, MaskedMultiHead) have analytic entropies.
+        Each graph is compiled whole (``fullgraph``): a graph break is an error."""
+        self.cell.compile()
+        self._behavior = torch.compile(self._behavior, dynamic=False, fullgraph=True)
 
     def _apply(self, fn):
         """``.to(device)``, ``.double()``, ... reach what torchrl keeps outside the module
-        tree: the imagination env (its ``device``, where its rollout puts every imagined
-        state: a CPU env moved imagination back to the host) and the buffers of modules
-        held only in an attribute (the value head's ``SymExpTwoHot`` ``bins``; their
-        parameters are the loss's own, already converted)."""
+        tree: the imagination env (its ``device``, where torchrl's rollout puts every
+        imagined state) and the buffers of modules held only in an attribute (the value
+        head's ``SymExpTwoHot`` ``bins``; their parameters are the loss's own, already
+        converted)."""
         result = super()._apply(fn)
         for module in off_tree_modules(self):
             for name, buffer in module.named_buffers(recurse=False):
@@ -71,58 +129,276 @@ class DreamerLoss(DreamerV3Loss):
         return result
 
     def forward(self, sample: TensorDictBase) -> TensorDictBase:
-        keys = self.tensor_keys
-        model_losses, posterior = self.model_loss(sample)
-        replayed = posterior.get("next")
-        last = imagined_steps(self.imag_last, sample.shape[-1])
-        starts = replayed if last is None else replayed[..., -last:]
-        state, belief = finite_starts(starts.get(keys.state), starts.get(keys.belief))
-        actor_keys = self.actor_loss.tensor_keys
-        actor_input = TensorDict(
-            {
-                actor_keys.state: state.reshape(-1, state.shape[-1]),
-                actor_keys.belief: belief.reshape(-1, belief.shape[-1]),
-            },
-            [starts.numel()],
+        batch = sample.batch_size
+        next_td = sample.get("next")
+        device = next_td.get("reward").device
+        bf16 = self.precision == "bf16"
+        autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else None
+        with autocast or contextlib.nullcontext():
+            # World model: the posterior over the replayed sequences and its five terms
+            terms, states, beliefs, wm_features = self._world_model(sample)
+
+            # Imagination from the (last ``imag_last``) replayed states, without autograd
+            last = imagined_steps(self.imag_last, batch[-1])
+            start_state, start_belief = finite_starts(states, beliefs)
+            if last is not None:
+                start_state, start_belief = (
+                    start_state[..., -last:, :],
+                    start_belief[..., -last:, :],
+                )
+            features, actions = self._imagine(
+                start_state.reshape(-1, states.shape[-1]),
+                start_belief.reshape(-1, beliefs.shape[-1]),
+                self.actor_loss.imagination_horizon,
+            )
+
+            # Behaviour and replay: actor and critic on the imagined returns, the critic
+            # on the replayed states, every term weighed: one graph
+            result = self._behavior(
+                terms,
+                states,
+                beliefs,
+                wm_features,
+                features,
+                actions,
+                next_td.get("reward"),
+                next_td.get("done"),
+                next_td.get("terminated", None),
+                last,
+            )
+        out = TensorDict(result, [])
+        out.set(
+            self.tensor_keys.replay_context,
+            TensorDict({"state": states.detach(), "belief": beliefs.detach()}, batch),
         )
-        actor_losses, imagined = self.actor_loss(actor_input)
-        value_losses, _ = self.value_loss(imagined.detach())
-        if self.replay_value_loss_weight:
-            value_keys = self.value_loss.tensor_keys
-            replay_features = starts.select(*self.value_loss.value_model.in_keys)
-            replay_features.set(
-                value_keys.bootstrap,
-                imagined.get("lambda_target")[..., 0, 0].reshape(starts.shape),
-            )
-            targets = sample.get("next").select(
-                value_keys.reward, value_keys.done, value_keys.terminated
-            )
-            replay_features.set("next", targets if last is None else targets[..., -last:])
-            replay_value = self.value_loss.replay_value_loss(
-                replay_features, horizon=self.continuation_horizon, lmbda=self.lmbda
-            )["loss_replay_value"]
-        else:
-            replay_value = state.new_zeros(())
-        model = model_losses.apply(torch.squeeze)
+        return out
+
+    # -- world model -------------------------------------------------------------
+    def _world_model(self, sample: TensorDictBase):
+        model_loss, nets = self.model_loss, self.networks
+        batch = sample.batch_size
+        observations = [sample.get(key) for key in nets.obs_keys]
+        embedding = nets.encoder(*observations)
+        reset = sample.get(self.tensor_keys.is_init, None)
+        action = sample.get("action")
+        if reset is None:
+            reset = torch.zeros(*batch, 1, dtype=torch.bool, device=action.device)
+        # every window starts from the zero latent, as ZeroStartRollout (rollout.py)
+        start = batch[:-1]
+        states, beliefs, posterior_logits = self.cell.observe(
+            torch.zeros(*start, self.cell.stoch, device=action.device),
+            torch.zeros(*start, self.cell.deter, device=action.device),
+            action,
+            embedding,
+            reset.reshape(*batch, 1),
+        )
+        prior_logits = self.cell.prior_logits(beliefs)
+        dynamic, representation = categorical_kl_terms(
+            posterior_logits.float(),
+            prior_logits.float(),
+            free_nats=model_loss.free_bits,
+            unimix=model_loss.unimix,
+        )
+        reconstruction = self._reconstruction(observations, states, beliefs)
+        next_td = sample.get("next")
+        features = torch.cat([states, beliefs], -1)
+        reward_logits = head_output(nets.reward, states, beliefs, features).float()
+        reward_loss = two_hot_cross_entropy(
+            reward_logits, next_td.get("reward"), model_loss.reward_bins
+        ).mean()
+        terminated = next_td.get("terminated", None)
+        if terminated is None:
+            terminated = next_td.get("done")
+        target = (~terminated).float() * model_loss.continue_target_scale
+        continue_loss = functional.binary_cross_entropy_with_logits(
+            head_output(nets.continues, states, beliefs, features).squeeze(-1).float(),
+            target.squeeze(-1),
+        )
         terms = {
-            "rec": model.get("loss_model_reco"),
-            "rew": model.get("loss_model_reward"),
-            "con": model.get("loss_model_continue"),
-            "dyn": model.get("loss_model_dynamic"),
-            "rep": model.get("loss_model_representation"),
-            "policy": actor_losses.get("loss_actor"),
-            "value": value_losses.get("loss_value"),
-            "repval": replay_value,
+            "rec": reconstruction,
+            "rew": reward_loss,
+            "con": continue_loss,
+            "dyn": dynamic,
+            "rep": representation,
         }
-        result = TensorDict(dreamer_v3_loss(terms, self.scales), [])
-        result.update(actor_losses.exclude("loss_actor"))
-        result.update(value_losses.exclude("loss_value"))
-        result.set("replay_value", replay_value.detach())
-        result.set(
-            keys.replay_context,
-            replayed.select(keys.state, keys.belief).detach(),
+        return terms, states, beliefs, features
+
+    def _reconstruction(self, observations, states, beliefs) -> torch.Tensor:
+        """The decoder's l2 loss summed over observation keys, as torchrl's model loss."""
+        predictions = self.networks.decoder(states, beliefs)
+        if isinstance(predictions, torch.Tensor):
+            predictions = (predictions,)
+        use_symlog = self.model_loss.reco_symlog
+        if isinstance(use_symlog, bool):
+            use_symlog = [use_symlog] * len(predictions)
+        reconstruction = 0
+        for observation, prediction, transform in zip(
+            observations, predictions, use_symlog, strict=True
+        ):
+            target = observation.contiguous()
+            prediction = prediction.contiguous().float()
+            if transform:
+                target, prediction = symlog(target), symlog(prediction)
+            elif not target.is_floating_point():
+                target = target.float() / 255.0
+            error = (target - prediction).pow(2).reshape(*states.shape[:-1], -1).sum(-1)
+            reconstruction = reconstruction + error.mean()
+        return reconstruction
+
+    # -- imagination ---------------------------------------------------------------
+    @torch.no_grad()
+    def _imagine(self, state: torch.Tensor, belief: torch.Tensor, horizon: int):
+        """[N, H+1, state + belief] imagined features (the start included), written in
+        place step by step, and [N, H] actions."""
+        split = self.cell._split_first_layer()
+        size = state.shape[-1]
+        features = state.new_empty(state.shape[0], horizon + 1, size + belief.shape[-1])
+        features[:, 0, :size], features[:, 0, size:] = state, belief
+        actions = []
+        for t in range(horizon):
+            action = self.actor_parts.sample(self.actor_parts.dist(state, belief))
+            state, belief = self.cell.imagine_step(state, belief, action, split)
+            features[:, t + 1, :size], features[:, t + 1, size:] = state, belief
+            actions.append(action)
+        return features, torch.stack(actions, 1)
+
+    def _value(self, state, belief, features=None) -> torch.Tensor:
+        nets = self.networks
+        return nets.value_decode(head_output(nets.value, state, belief, features).float())
+
+    def _slow_value(self, state, belief, features=None) -> torch.Tensor:
+        # not tensordict's ``with params.to_module(...)``: after an exception its exit
+        # leaves the slow weights in the critic as plain tensors, its Parameters gone
+        # (the final checkpoint would save that), and it turns Ctrl-C into a RuntimeError
+        # (it returns a TensorDict, whose truth value raises)
+        value_loss = self.value_loss
+        critic = value_loss.value_model
+        fast = value_loss.target_value_model_params.to_module(critic, preserve_module_state=False)
+        try:
+            with torch.no_grad():
+                return self._value(state, belief, features)
+        finally:
+            fast.to_module(critic, return_swap=False, preserve_module_state=False)
+
+    def _returns(self, im_states, im_beliefs, features, horizon: int):
+        """The critic's logits on every imagined state (with gradients for its loss on
+        states 0..H-1; detached for the bootstrap values and the baseline), and the
+        actor's targets: lambda returns, baseline, discount and continuation."""
+        actor_loss, nets = self.actor_loss, self.networks
+        value_logits_all = head_output(nets.value, im_states, im_beliefs, features).float()
+        with torch.no_grad():
+            next_s, next_b = im_states[:, 1:], im_beliefs[:, 1:]
+            reward_logits = head_output(nets.reward, next_s, next_b, features[:, 1:]).float()
+            reward = nets.reward_decode(reward_logits)
+            values = nets.value_decode(value_logits_all.detach())
+            next_value, baseline = values[:, 1:], values[:, :horizon]
+            continue_logits = head_output(nets.continues, im_states, im_beliefs, features)
+            continues = torch.sigmoid(continue_logits.float())
+            continuation, root = continues[:, 1:], continues[:, :horizon]
+            lambda_target = actor_loss.lambda_target(reward, next_value, continuation)
+            if actor_loss.discount_loss:
+                gamma = actor_loss.value_estimator.gamma.to(lambda_target.device)
+                discount = torch.cat([root[:, :1], gamma * root[:, 1:]], 1).cumprod(1)
+            else:
+                discount = torch.ones_like(lambda_target)
+        return value_logits_all, lambda_target, baseline, discount, continuation
+
+    # -- behaviour and replay -------------------------------------------------------
+    def _behavior(
+        self, terms, states, beliefs, wm_features, features, actions, reward, done, terminated, last
+    ) -> dict[str, torch.Tensor]:
+        """Everything after imagination: the heads on the imagined states, the actor's
+        and the critic's losses, the replay-value loss, and the weighted sum of all
+        terms: one graph for ``compile_steps``."""
+        actor_loss, value_loss = self.actor_loss, self.value_loss
+        horizon = actions.shape[1]
+        size = states.shape[-1]
+        im_states, im_beliefs = features[..., :size], features[..., size:]
+        now_s, now_b, now_f = im_states[:, :horizon], im_beliefs[:, :horizon], features[:, :horizon]
+        value_logits_all, lambda_target, baseline, discount, continuation = self._returns(
+            im_states, im_beliefs, features, horizon
         )
+        # actor: REINFORCE on stopped imagined states and actions, as torchrl's
+        dist = self.actor_parts.dist(now_s, now_b)
+        log_prob = match_trailing_dim(dist.log_prob(actions).float(), lambda_target)
+        scale = return_scale(actor_loss, lambda_target)
+        advantage = (lambda_target - baseline) / scale
+        actor_value = -(discount * log_prob * advantage).mean()
+        if actor_loss.entropy_bonus > 0:
+            if has_analytic_entropy(dist):
+                entropy = dist.entropy()
+            else:
+                _, entropy_log_prob = rsample_and_log_prob(dist)
+                entropy = -entropy_log_prob
+            entropy = (discount * match_trailing_dim(entropy.float(), discount)).mean()
+            actor_value = actor_value - actor_loss.entropy_bonus * entropy
+        else:
+            entropy = actor_value.new_zeros(())
+
+        # critic on the imagined states
+        value_logits = value_logits_all[:, :horizon]
+        target = lambda_target.squeeze(-1)
+        step_discount = discount.squeeze(-1)
+        regularize = value_loss.slow_critic_regularization
+        critic = two_hot_cross_entropy(value_logits, target, value_loss.value_bins)
+        if regularize:
+            slow = self._slow_value(now_s, now_b, now_f).squeeze(-1)
+            slow_loss = two_hot_cross_entropy(value_logits, slow, value_loss.value_bins)
+            critic = critic + regularize * slow_loss
+        else:
+            slow_loss = torch.zeros_like(critic)
+
+        replay_value = self._replay_value(
+            reward, done, terminated, states, beliefs, wm_features, lambda_target, last
+        )
+        terms = {key: value.squeeze() for key, value in terms.items()}
+        terms["policy"] = actor_value
+        terms["value"] = reduce_loss(value_loss, step_discount * critic)
+        terms["repval"] = replay_value
+        result = dreamer_v3_loss(terms, self.scales)
+        result.update(
+            actor_entropy=entropy.detach(),
+            return_low=actor_loss.return_low.detach().clone(),
+            return_high=actor_loss.return_high.detach().clone(),
+            return_scale=scale.detach().clone(),
+            continuation_mean=continuation.mean(),
+            value_slow_loss=reduce_loss(value_loss, step_discount * slow_loss).detach(),
+        )
+        result["replay_value"] = replay_value.detach()
         return result
+
+    def _replay_value(
+        self, reward, done, terminated, states, beliefs, features, lambda_target, last
+    ) -> torch.Tensor:
+        """torchrl's replay-value term: the critic on the posterior states (gradients
+        reach the world model), bootstrapped from each state's first imagined return;
+        on the ``last`` steps of every sequence that imagination started from (None: all)."""
+        value_loss = self.value_loss
+        if not self.replay_value_loss_weight:
+            return states.new_zeros((), dtype=torch.float32)
+        if last is not None:
+            reward, done = reward[..., -last:, :], done[..., -last:, :]
+            terminated = None if terminated is None else terminated[..., -last:, :]
+            states, beliefs = states[..., -last:, :], beliefs[..., -last:, :]
+            features = features[..., -last:, :]
+        target = replay_value_target(
+            reward,
+            done,
+            terminated,
+            lambda_target[..., 0, 0].reshape(done.shape[:-1]),
+            self.continuation_horizon,
+            self.lmbda,
+        )
+        weight = ~done.squeeze(-1)[..., :-1]
+        prediction = head_output(self.networks.value, states, beliefs, features)
+        prediction = prediction.float()[..., :-1, :]
+        critic = two_hot_cross_entropy(prediction, target, value_loss.value_bins)
+        if value_loss.slow_critic_regularization:
+            slow = self._slow_value(states, beliefs, features)[..., :-1, 0]
+            critic = critic + value_loss.slow_critic_regularization * two_hot_cross_entropy(
+                prediction, slow, value_loss.value_bins
+            )
+        return reduce_loss(value_loss, weight.to(critic.dtype) * critic)
 
 
 def finite_starts(state: torch.Tensor, belief: torch.Tensor):

@@ -1,2 +1,2 @@
-"""One DreamerV3 update: the loss with its scales, the fused rollouts and the
-optimizer step through torchrl's stepper."""
+"""One DreamerV3 update: the agent's loss through torchrl's stepper, the optimizer that
+skips non-finite steps, compilation, CUDA graphs and precision."""

@@ -15,7 +15,6 @@ from torchrl.trainers.algorithms import DreamerV3OptimizationStepper, DreamerV3O
 
 from dreamer.agent.build import Agent
 from dreamer.errors import ConfigError
-from dreamer.learning.fused import FusedDreamerV3Loss
 from dreamer.runtime.cores import usable_cores
 from dreamer.runtime.dist import GradientAverager, World
 from dreamer.runtime.malloc import keep_freed_memory
@@ -102,20 +101,19 @@ def learner_threads(
 
 
 def learner_modes(learner_cfg, device: torch.device) -> dict[str, bool]:
-    """``learner.compile`` / ``cudagraph`` / ``precision`` / ``rollout`` resolved for
-    ``device``: ``auto`` is on for CUDA and off for the CPU (the fused rollout the other
-    way round); CUDA-only modes on a CPU are refused (on a CPU torchrl's stepper would
-    silently train in fp32)."""
+    """``learner.compile`` / ``cudagraph`` / ``precision`` resolved for ``device``:
+    ``auto`` is on for CUDA and off for the CPU; CUDA graphs on a CPU are refused, and
+    bf16 on a CPU without bf16 in hardware (``cpu_has_bf16``)."""
     cuda = device.type == "cuda"
     if not cuda and learner_cfg.cudagraph == "true":
         raise ConfigError(
             "learner.cudagraph: CUDA graphs need the learner on CUDA and it runs on the "
             "CPU here; allowed: auto, false"
         )
-    if not cuda and learner_cfg.precision == "bf16":  # torchrl autocasts CUDA only
+    if not cuda and learner_cfg.precision == "bf16" and not cpu_has_bf16():
         raise ConfigError(
-            "learner.precision: bf16 autocast needs the learner on CUDA and it runs on the "
-            "CPU here; allowed: auto, fp32"
+            "learner.precision: bf16 needs a CPU with bf16 instructions (avx512_bf16 or "
+            "amx_bf16) and this one has none; allowed: auto, fp32"
         )
 
     def tristate(value: str) -> bool:
@@ -126,8 +124,20 @@ def learner_modes(learner_cfg, device: torch.device) -> dict[str, bool]:
         "compile": tristate(learner_cfg.compile),
         "cudagraph": tristate(learner_cfg.cudagraph),
         "bf16": cuda if precision == "auto" else precision == "bf16",
-        "fused": not cuda if learner_cfg.rollout == "auto" else learner_cfg.rollout == "fused",
     }
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bf16 in hardware (x86's avx512_bf16 or AMX; oneDNN's
+    own check where it has one): elsewhere bf16 is emulated, slower than fp32."""
+    check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    if check is not None and not check():
+        return False
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 class Learner:
@@ -155,29 +165,23 @@ class Learner:
             average=GradientAverager(world, self._statistics) if world.distributed else None,
         )
         self.modes = learner_modes(learner_cfg, device)
-        # the fused loss computes torchrl's losses from the same modules; self.loss stays
-        # the owner of every parameter and buffer, so checkpoints do not depend on it
-        self.fused = self.modes["fused"]
+        self.loss.precision = "bf16" if self.modes["bf16"] else "fp32"
         if self.modes["compile"]:
             use_compile_cache()
-        stepped = self.loss
-        if self.fused:
-            stepped = FusedDreamerV3Loss(self.loss)
-            if self.modes["compile"]:
-                stepped.compile()  # small graphs, not the stepper's whole-step trace
-        whole_step = self.modes["compile"] and not self.fused
+            self.loss.compile_steps()
+        # torchrl's stepper: forward, backward, optimizer and target update, its CUDA
+        # graph capture; not its whole-step compile or its autocast (CUDA only): the
+        # loss compiles its own graphs and autocasts on every device
         self.stepper = DreamerV3OptimizationStepper(
-            stepped,
+            self.loss,
             self.optimizer,
             agent.target_updater,
-            compile_train_step=whole_step,
+            compile_train_step=False,
             cudagraph=self.modes["cudagraph"],
-            mixed_precision=self.modes["bf16"],
+            mixed_precision=False,
         )
         self.updates = 0
-        # the stepper compiles and captures in its warm-up, before the first update; the
-        # fused loss compiles its pieces on their first call
-        self._warm = not (self.modes["cudagraph"] or whole_step)
+        self._warm = not self.modes["cudagraph"]  # the stepper captures in its warm-up
 
     def update(self, batch: TensorDictBase) -> dict[str, torch.Tensor]:
         """One optimizer step on a [batch, length] replay sample; returns its scalar

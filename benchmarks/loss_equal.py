@@ -1,18 +1,17 @@
-"""The fused rollout against torchrl's on this machine's device, as the learner runs
-them: losses and gradients of one update through torchrl's stepper, for each kind of
-agent, in every precision and capture mode the device has (fp32 eager; on CUDA also bf16
-autocast, and bf16 with the forward/backward captured in a CUDA graph).
+"""The loss against torchrl's (tests/torchrl_reference.py) on this machine's device, as
+the learner runs them: losses and gradients of one update through torchrl's stepper, for
+each kind of agent, in every precision and capture mode the device has (fp32 eager; on
+CUDA also bf16 autocast, and bf16 with the forward/backward captured in a CUDA graph).
 
-    python benchmarks/fused_equal.py [--json PATH]
+    python benchmarks/loss_equal.py [--json PATH]
 
-``learner.rollout=auto`` means torchrl's rollout on CUDA until this shows the two equal
-there (``dreamer/config.py``). Each mode reports, per agent, the largest relative error
-of a loss entry and of a parameter's gradient (norm of the difference over the norm of
-the reference's). fp32, with TF32 off (it rounds matmul inputs to 10 bits): the fused
-rollout against torchrl's, within ``tests/test_fused.py``'s 1e-5. bf16: both rollouts
-against torchrl's fp32 update as the reference; the fused one passes when its errors are
-no larger than torchrl's own bf16 errors (bf16 rounds each path's products differently,
-so the two bf16 results are not compared with each other).
+Each mode reports, per agent, the largest relative error of a loss entry and of a
+parameter's gradient (norm of the difference over the norm of the reference's). fp32,
+with TF32 off (it rounds matmul inputs to 10 bits): ours against torchrl's, within
+``tests/test_fused.py``'s 1e-5. bf16: both against torchrl's fp32 update as the
+reference; ours passes when its errors are no larger than torchrl's own bf16 errors (bf16
+rounds each path's products differently, so the two bf16 results are not compared with
+each other).
 """
 
 from __future__ import annotations
@@ -31,9 +30,9 @@ sys.path.insert(0, str(ROOT))
 from dreamer.agent.build import build_agent  # noqa: E402
 from dreamer.config import load  # noqa: E402
 from dreamer.data.replay import random_batch  # noqa: E402
-from dreamer.learning.fused import FusedDreamerV3Loss  # noqa: E402
 from tests.batches import MULTI_KEY, real_batch  # noqa: E402
 from tests.compare import RTOL, losses_and_gradients  # noqa: E402
+from tests.torchrl_reference import TorchrlReference  # noqa: E402
 
 AGENTS = {
     "vector_discrete": ["env=cartpole"],
@@ -77,17 +76,18 @@ def compare(kind: str, mode: str, device: torch.device) -> dict:
     torch.manual_seed(0)
     loss = build_agent(cfg.model, cfg.learner, spaces).loss.to(device)
     batch = batch.to(device)
-    theirs = one_update(loss, loss, batch, mode)
-    ours = one_update(loss, FusedDreamerV3Loss(loss), batch, mode)
+    reference = TorchrlReference(loss)
+    theirs = one_update(loss, reference, batch, mode)
+    ours = one_update(loss, loss, batch, mode)
     same_keys = ours[0].keys() == theirs[0].keys() and ours[1].keys() == theirs[1].keys()
     if mode == "fp32":
         loss_error, grad_error = errors(*ours, theirs)
         equal = loss_error <= RTOL and grad_error <= RTOL
         row = {}
     else:  # both against torchrl's fp32 update
-        reference = one_update(loss, loss, batch, "fp32")
-        loss_error, grad_error = errors(*ours, reference)
-        their_loss_error, their_grad_error = errors(*theirs, reference)
+        fp32 = one_update(loss, reference, batch, "fp32")
+        loss_error, grad_error = errors(*ours, fp32)
+        their_loss_error, their_grad_error = errors(*theirs, fp32)
         equal = loss_error <= their_loss_error + 1e-6 and grad_error <= their_grad_error + 1e-6
         row = {"torchrl_loss_rel_error": their_loss_error}
         row["torchrl_grad_rel_error"] = their_grad_error
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     report["equal"] = all(r["equal"] for rows in report["modes"].values() for r in rows.values())
     report["seconds"] = round(time.monotonic() - started, 1)
-    print("fused equal to torchrl's in every mode:", report["equal"])
+    print("the loss equal to torchrl's in every mode:", report["equal"])
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n")
     return 0
