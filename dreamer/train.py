@@ -125,10 +125,11 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
         log.info(note)  # a note on speed, not a problem with this run
     writer = MetricsWriter.from_config(cfg, logdir) if world.main else None
     log.info(
-        "training %s on %s (learner: %d torch threads of %d usable cores, OpenMP %s, "
-        "malloc %s; collection pace while it updates: %s), logging to %s",
+        "training %s on %s (update: %s; learner: %d torch threads of %d usable cores, "
+        "OpenMP %s, malloc %s; collection pace while it updates: %s), logging to %s",
         cfg.model.name,
         cfg.env.name,
+        learner.described,
         torch.get_num_threads(),
         usable_cores(),
         " ".join(f"{k}={v}" for k, v in OPENMP.items()) or "as the environment sets it",

@@ -111,12 +111,49 @@ def captured_step(learner, batch) -> int:
     """The body torchrl's stepper compiles and captures (its ``_forward_backward`` less
     the autocast, which has no meta device), on ``learner``'s device, under ``OnDevice``;
     the number of operators it ran."""
+    batch = batch.to(learner.device)  # the copy to the device: before the capture
+    with OnDevice(learner.device) as mode:
+        forward_backward(learner, batch)
+    return mode.operators
+
+
+def forward_backward(learner, batch) -> None:
+    """The loss's forward and backward, as torchrl's stepper runs them."""
     stepper = learner.stepper
     sample = stepper._prepare_sample(batch.to(learner.device))
-    with OnDevice(learner.device) as mode:
-        losses = stepper.loss_module(sample)
-        terms = [value for key, value in losses.items() if str(key).startswith("loss_")]
-        total = sum(terms)
-        stepper.optimizer.zero_grad(set_to_none=False)
-        total.backward()
-    return mode.operators
+    losses = stepper.loss_module(sample)
+    total = sum(value for key, value in losses.items() if str(key).startswith("loss_"))
+    stepper.optimizer.zero_grad(set_to_none=False)
+    total.backward()
+
+
+class TracedOnDevice:
+    """A torch.compile backend (AOT autograd, as inductor's) that checks every graph
+    traced for compilation, forward and backward, before running it as traced: each
+    node's value (a fake tensor) on ``device``, no operator that reads the host. The
+    dispatch mode cannot watch compiled code (torch.compile refuses to trace under one),
+    so the traced graphs are read instead."""
+
+    def __init__(self, device: torch.device):
+        from torch._dynamo.backends.common import aot_autograd
+
+        self.device = device
+        self.graphs = 0
+        self.nodes = 0
+        self.backend = aot_autograd(fw_compiler=self.check, bw_compiler=self.check)
+
+    def check(self, graph_module, example_inputs):
+        self.graphs += 1
+        for node in graph_module.graph.nodes:
+            self.nodes += 1
+            if node.op == "call_function" and node.target in HOST_READS:
+                raise HostTouched(f"{node.target} waits for the device, in:\n{node.stack_trace}")
+            values = tree_flatten(node.meta.get("val"))[0]
+            elsewhere = {
+                str(v.device) for v in values if isinstance(v, torch.Tensor) and v.numel()
+            } - {str(self.device)}
+            if elsewhere:
+                raise HostTouched(
+                    f"{node.format_node()} on {sorted(elsewhere)}, in:\n{node.stack_trace}"
+                )
+        return graph_module.forward

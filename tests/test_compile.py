@@ -40,3 +40,33 @@ def test_a_compiled_update_equals_the_eager_one_and_a_new_process_reuses_its_cac
         for name, grad in eager["grads"].items():
             error = (run["grads"][name] - grad).norm() / grad.norm().clamp_min(1e-12)
             assert error <= RTOL, (name, float(error))
+
+
+@pytest.mark.parametrize("behavior", [False, True], ids=["cpu_scope", "cuda_scope"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_update_compiles_into_a_fixed_number_of_whole_graphs(behavior, precision):
+    """Each compiled function is one graph (``fullgraph``: a break raises), traced once
+    for the run's shapes: two updates, and the two RSSM steps (and on CUDA the losses
+    after imagination) each compiled exactly once, in either precision (bf16 here under
+    the CPU's autocast, emulated where the CPU has no bf16: the trace is the same)."""
+    from torch._dynamo.testing import CompileCounter
+
+    from dreamer.agent.build import build_agent
+    from dreamer.config import load
+    from dreamer.data.replay import random_batch
+    from dreamer.learning.learner import Learner
+    from tests.batches import MULTI_KEY
+
+    torch._dynamo.reset()
+    cfg = load(["experiment=smoke", "learner.compile=false"])
+    batch = random_batch(MULTI_KEY, cfg.replay.batch, cfg.replay.length)
+    torch.manual_seed(0)
+    agent = build_agent(cfg.model, cfg.learner, MULTI_KEY)
+    learner = Learner(agent, cfg.learner, torch.device("cpu"))
+    learner.loss.precision = precision
+    counter = CompileCounter()
+    learner.loss.compile_steps(behavior=behavior, backend=counter)
+    for _ in range(2):
+        losses = learner.update(batch.clone())
+        assert losses and all(torch.isfinite(value) for value in losses.values())
+    assert counter.frame_count == (3 if behavior else 2)

@@ -10,7 +10,13 @@ from dreamer.config import load
 from dreamer.data.replay import random_batch
 from dreamer.learning.learner import Learner
 from tests.batches import real_batch
-from tests.device_step import HostTouched, captured_step, meta_moves
+from tests.device_step import (
+    HostTouched,
+    TracedOnDevice,
+    captured_step,
+    forward_backward,
+    meta_moves,
+)
 from tests.test_fused import AGENTS
 
 
@@ -39,6 +45,22 @@ def test_the_captured_step_stays_on_the_device(monkeypatch, kind):
         assert all(grad is not None and grad.device == device for grad in grads)
 
 
+@pytest.mark.parametrize("kind", list(AGENTS))
+def test_the_compiled_graphs_stay_on_the_device(monkeypatch, kind):
+    """What is traced for compilation (the RSSM steps, the losses after imagination,
+    forward and backward graphs), checked node by node on the meta device; then the
+    step with those graphs runs there. fp32 only: autocast has no meta device (bf16
+    runs these graphs under CUDA's autocast, checked on a GPU by the GPU check)."""
+    with meta_moves(monkeypatch) as device:
+        learner, batch = learner_and_batch(kind, device)
+        traced = TracedOnDevice(device)
+        learner.loss.compile_steps(behavior=True, backend=traced.backend)
+        forward_backward(learner, batch)  # (torch.compile traces under no dispatch mode)
+        # posterior and prior steps and the behaviour: forward and backward (the prior
+        # step, run without grad, has no backward)
+        assert traced.graphs == 5 and traced.nodes > 500
+
+
 def test_the_stand_in_catches_a_host_tensor_and_a_host_read(monkeypatch):
     """What the GPU run found, put back: the loss moved by torchrl's own ``_apply`` (as
     before ``DreamerLoss._apply``: the value head's ``bins``, held outside the module
@@ -54,6 +76,12 @@ def test_the_stand_in_catches_a_host_tensor_and_a_host_read(monkeypatch):
         assert learner.loss.networks.value_decode.bins.device == torch.device("cpu")
         with pytest.raises(HostTouched, match="cpu"):
             captured_step(learner, batch)
+        # the same, found in the graph traced for compiling the losses after imagination
+        learner.loss._behavior = torch.compile(
+            learner.loss._behavior, fullgraph=True, backend=TracedOnDevice(device).backend
+        )
+        with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="HostTouched.*cpu"):
+            forward_backward(learner, batch)
 
         learner, batch = learner_and_batch("vector_discrete", device)
         forward = DreamerLoss.forward

@@ -12,7 +12,13 @@ from dreamer.data.replay import random_batch
 from dreamer.envs.make import make_env
 from dreamer.errors import ConfigError
 from dreamer.learning import learner as learner_module
-from dreamer.learning.learner import Learner, NonFiniteError, cpu_has_bf16, learner_modes
+from dreamer.learning.learner import (
+    Learner,
+    NonFiniteError,
+    cpu_has_bf16,
+    describe,
+    learner_modes,
+)
 from tests.batches import real_batch
 
 # bf16 where this CPU computes it (a CPU without it refuses: tested below)
@@ -214,6 +220,20 @@ def test_persistent_nan_stops_after_max_skips():
 def test_learner_modes_resolve_auto_per_device(overrides, device, expected):
     cfg = load(["learner.device=cpu", *overrides])  # validated as a CPU run
     assert learner_modes(cfg.learner, torch.device(device)) == expected
+
+
+def test_the_start_line_names_the_precision_and_why(monkeypatch):
+    auto, chosen = load(["learner.device=cpu"]).learner, load(["learner.precision=fp32"]).learner
+    cuda = learner_modes(auto, torch.device("cuda"))
+    assert describe(auto, cuda, torch.device("cuda")) == (
+        "bf16 (auto: bf16 on CUDA), compiled (RSSM steps and losses), CUDA graph"
+    )
+    cpu = learner_modes(auto, torch.device("cpu"))
+    for has_bf16, why in ((False, "no bf16 instructions"), (True, "learner.precision=bf16 runs")):
+        monkeypatch.setattr(learner_module, "cpu_has_bf16", lambda has=has_bf16: has)
+        line = describe(auto, cpu, torch.device("cpu"))
+        assert line.startswith("fp32 (auto: ") and why in line and line.endswith(", eager")
+    assert describe(chosen, cpu, torch.device("cpu")).startswith("fp32 (learner.precision=fp32)")
 
 
 def test_bf16_on_a_cpu_runs_where_the_cpu_has_it_and_is_one_line_where_not(monkeypatch):

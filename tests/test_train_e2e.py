@@ -52,6 +52,10 @@ def test_smoke_reaches_steps_and_writes_every_output(smoke_run):
     assert list((logdir / "tensorboard").glob("events.out.tfevents.*"))
     assert "ProcessSlotTransport" in result.stderr, "the process-slot transport was not used"
     assert "no GPU: a learner update takes" in result.stderr, "no measured CPU speed note"
+    # the start line says how the update runs, and why that precision
+    assert re.search(
+        r"training tiny on crafter \(update: fp32 \(auto: [^)]+\), eager;", result.stderr
+    )
     noise = [line for line in result.stderr.splitlines() if re.search(r"WARN|ERROR|Trace", line)]
     assert not noise, noise  # a normal end of every process of the run is quiet
 

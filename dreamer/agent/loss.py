@@ -12,6 +12,7 @@ says why); the networks come by name (``Networks``), not from torchrl's module o
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -99,18 +100,22 @@ class DreamerLoss(DreamerV3Loss):
         self.actor_parts = ActorParts(networks.actor)
         self.precision = "fp32"
 
-    def compile_steps(self) -> None:
-        """torch.compile the rollouts' step functions: small graphs, compiled once per
-        shape, that fuse the elementwise chains of the 64 + 15 steps. The batched parts
-        (encoder, decoder, reconstruction) stay eager: compiling them gained little and
-        doubled the cold compile (benchmarks/README.md, "Learner modes"). Everything after
-        imagination (``_behavior``) is one loop-free graph over all imagined states:
-        compiled, it fuses the heads' and the losses' elementwise work, 16% of an update
-        (``benchmarks/profile_update.py``). It draws nothing at random: the actors'
-        distributions here (IndependentNormal, MaskedMultiHead) have analytic entropies.
-        Each graph is compiled whole (``fullgraph``): a graph break is an error."""
-        self.cell.compile()
-        self._behavior = torch.compile(self._behavior, dynamic=False, fullgraph=True)
+    def compile_steps(self, behavior: bool, backend: str | Callable = "inductor") -> None:
+        """torch.compile the rollouts' step functions: small graphs, compiled once and
+        called 64 and 15 times per update (regional compilation), that fuse the
+        elementwise chains of every step. With ``behavior``, also everything after
+        imagination (``_behavior``): one loop-free graph over all imagined states that
+        fuses the heads' and the losses' elementwise work; it draws nothing at random
+        (the actors' distributions here have analytic entropies). Each graph is compiled
+        whole (``fullgraph``): a graph break is an error. The batched parts (encoder,
+        decoder, reconstruction) stay eager: compiling them gained little and doubled
+        the cold compile (benchmarks/README.md, "Learner modes"). ``backend``: torch.compile's
+        (tests count graphs with a counting one, or trace without inductor)."""
+        self.cell.compile(backend)
+        if behavior:
+            self._behavior = torch.compile(
+                self._behavior, dynamic=False, fullgraph=True, backend=backend
+            )
 
     def _apply(self, fn):
         """``.to(device)``, ``.double()``, ... reach what torchrl keeps outside the module
@@ -183,10 +188,13 @@ class DreamerLoss(DreamerV3Loss):
         action = sample.get("action")
         if reset is None:
             reset = torch.zeros(*batch, 1, dtype=torch.bool, device=action.device)
-        # every window starts from the zero latent, as ZeroStartRollout (rollout.py)
+        # every window starts from the zero latent, as ZeroStartRollout (rollout.py); in
+        # bf16 the state in bf16, as the posterior's samples are (one-hot: exact), so a
+        # compiled posterior step sees one dtype
         start = batch[:-1]
+        state_dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32
         states, beliefs, posterior_logits = self.cell.observe(
-            torch.zeros(*start, self.cell.stoch, device=action.device),
+            torch.zeros(*start, self.cell.stoch, device=action.device, dtype=state_dtype),
             torch.zeros(*start, self.cell.deter, device=action.device),
             action,
             embedding,

@@ -187,6 +187,10 @@ class RSSMCell:
             length, 2, *action.shape[:-2], self.prior.num_categoricals, device=action.device
         )
         split = self._split_first_layer()
+        # the start as the steps after the first get theirs (requiring grad), else a
+        # compiled posterior step traces and compiles twice (~9 s cold at size1m)
+        if torch.is_grad_enabled() and not state.requires_grad:
+            state, belief = state.detach().requires_grad_(), belief.detach().requires_grad_()
         action = torch.where(reset, 0, action)
         action_terms = self.action_term(action, split)
         first = self.posterior.obs_rnn_to_post_projector[0]
@@ -231,11 +235,12 @@ class RSSMCell:
         belief = self.belief_step(state, belief, self.action_term(action, split), split)
         return self.sample(self.prior_logits(belief), self.prior.unimix, uniform), belief
 
-    def compile(self) -> None:
+    def compile(self, backend="inductor") -> None:
         """Compile the two per-step functions (small graphs, one per shape) that the
         rollouts call 64 and 15 times per update."""
-        self.posterior_step = torch.compile(self.posterior_step, dynamic=False)
-        self.prior_step = torch.compile(self.prior_step, dynamic=False)
+        options = {"dynamic": False, "fullgraph": True, "backend": backend}
+        self.posterior_step = torch.compile(self.posterior_step, **options)
+        self.prior_step = torch.compile(self.prior_step, **options)
 
 
 class ActorParts:
