@@ -58,6 +58,15 @@ def test_imag_last_1_is_allowed_without_the_replay_value_term():
     assert "learner.imag_last" in str(info.value)
 
 
+def test_a_preset_setting_a_removed_key_gets_one_line_naming_what_replaced_it():
+    from dreamer.config import finish
+
+    composed = OmegaConf.create(OmegaConf.to_container(load([])))
+    composed.learner.rollout = "fused"  # as an experiment preset of an earlier version
+    with pytest.raises(ConfigError, match=r"^learner.rollout: removed: .*learner.compile"):
+        finish(composed)
+
+
 def test_result_is_read_only_and_struct():
     cfg = load([])
     with pytest.raises(Exception, match="read-only"):

@@ -43,6 +43,7 @@ DERIVED = {  # no default value: the run derives one, as its meaning says
 }
 RETIRED_KEYS = {  # named as history: which option a past measurement ran with
     "learner.imag_starts": "replaced by learner.imag_last; benchmarks/README.md's older rows",
+    "learner.rollout": "removed with the one update (REMOVED_KEYS); older rows, the docs' note",
 }
 
 
