@@ -607,10 +607,19 @@ def register_schema() -> None:
 
 
 def resolved_logdir(cfg: DictConfig) -> Path:
-    """``run.logdir`` if set, else with ``run.resume=latest`` the newest unfinished run
-    under ``runs/<env.name>/``, else a new ``runs/<env.name>/<YYYYmmdd-HHMMSS>``."""
+    """``run.logdir`` if set (with ``run.resume=latest``: one holding a checkpoint), else
+    with ``run.resume=latest`` the newest unfinished run under ``runs/<env.name>/``, else
+    a new ``runs/<env.name>/<YYYYmmdd-HHMMSS>``."""
+    from dreamer.runtime import checkpoint
+
     if cfg.run.logdir:
-        return Path(cfg.run.logdir)
+        logdir = Path(cfg.run.logdir)
+        if cfg.run.resume == "latest" and not checkpoint.saved_steps(logdir):
+            raise ConfigError(
+                f"run.resume=latest: {logdir} holds no checkpoint to resume; allowed: "
+                "never (a new run there), or run.logdir=<a run directory with checkpoints>"
+            )
+        return logdir
     runs = Path("runs") / cfg.env.name
     if cfg.run.resume == "latest":
         found = latest_unfinished(runs, cfg.run.steps)

@@ -13,6 +13,8 @@ import dataclasses
 import functools
 import importlib.util
 import inspect
+import shlex
+import sys
 import textwrap
 import typing
 from collections.abc import Mapping
@@ -72,6 +74,12 @@ def check_section(prefix: str, cls: type, node) -> None:
         if item.metadata["choices"] == TRISTATE:  # Hydra reads `true` as a boolean: 'True'
             node[item.name] = str(node[item.name]).lower()
         check_field(f"{prefix}.{item.name}", node[item.name], item.metadata)
+
+
+def pip_install(extra: str) -> str:
+    """The command that installs the project's ``extra`` into this interpreter's
+    environment: its pip by path, which works without the venv active or inside make."""
+    return f"{shlex.quote(sys.executable or 'python')} -m pip install -e '.[{extra}]'"
 
 
 def installed(module: str) -> bool:

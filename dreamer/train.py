@@ -275,9 +275,12 @@ def estimate_at_start(speed_note, learner, spaces, cfg, world: World) -> tuple[S
 
 def resume_command(argv: list[str], logdir: Path) -> str:
     """The run's command line ``argv`` with ``run.logdir`` pointing at ``logdir``: what
-    continues it (a rerun without it would start a new run directory)."""
+    continues it (a rerun without it would start a new run directory). The interpreter
+    is this one, by its path: pasted into a shell without the venv active, or outside
+    ``make``, a bare ``python`` has no torch."""
     kept = [arg for arg in argv if not arg.startswith("run.logdir=")]
-    return shlex.join(["python", "-m", "dreamer.train", *kept, f"run.logdir={logdir.resolve()}"])
+    interpreter = sys.executable or "python"
+    return shlex.join([interpreter, "-m", "dreamer.train", *kept, f"run.logdir={logdir.resolve()}"])
 
 
 def cli() -> int:

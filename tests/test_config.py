@@ -1,7 +1,10 @@
 """Tests for the configuration layer (dreamer/config.py + conf/)."""
 
+import os
 import re
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -210,6 +213,8 @@ BAD = [
     (["learner.compile=maybe"], "learner.compile"),
     (["learner.precision=fp8"], "learner.precision"),
     (["learner.rollout=fused"], "learner.rollout"),  # removed: one update everywhere
+    (["run.resume=latest", "run.logdir=no_such_run"], "run.resume=latest: no_such_run holds"),
+    (["run.resume=latest", "run.logdir=."], "run.resume=latest: . holds no checkpoint"),
     (["learner.loss_scales.dyn=-1"], "learner.loss_scales.dyn"),
     (["learner.loss_scales.nope=1"], "learner.loss_scales.nope"),
     (["learner.free_nats=-0.5"], "learner.free_nats"),
@@ -301,8 +306,14 @@ def test_missing_extra_exits_2_with_the_pip_command(env, package, cli_runs):
     result = cli(cli_runs, f"env={env}", hidden=(package,))
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
-        f"error: env: {env} needs {package}; install it with pip install -e '.[{env}]'"
+        f"error: env: {env} needs {package}; install it with "
+        f"{sys.executable} -m pip install -e '.[{env}]'"
     ]
+    # the interpreter it names has its pip, also from a shell without the venv on PATH
+    printed = shlex.split(result.stderr.split("install it with ", 1)[1])
+    bare = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root")}
+    pip = subprocess.run([*printed[:3], "--version"], env=bare, capture_output=True, text=True)
+    assert pip.returncode == 0 and pip.stdout.startswith("pip "), pip.stderr
 
 
 def test_gym_kwargs_reach_the_config_whole():
@@ -332,7 +343,8 @@ def test_a_tracker_whose_extra_is_missing_exits_2_naming_the_extra(tracker, cli_
     proc = cli(cli_runs, f"logger=[jsonl,{tracker}]", hidden=(tracker,))
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
-        f"error: logger: {tracker} is not installed; install it with pip install -e '.[{tracker}]'"
+        f"error: logger: {tracker} is not installed; install it with "
+        f"{sys.executable} -m pip install -e '.[{tracker}]'"
     )
 
 

@@ -179,7 +179,7 @@ def test_missing_minedojo_is_one_line_exit_2(tmp_path):
     )
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0
-    assert "env: minedojo needs minedojo; install it with pip install" in result.stderr
+    assert f"needs minedojo; install it with {sys.executable} -m pip install" in result.stderr
     assert not (tmp_path / "r").exists()
 
 

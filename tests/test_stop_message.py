@@ -5,12 +5,13 @@ resumes it. Stopping prints no traceback, ERROR or WARNING from any of its proce
 import os
 import shlex
 import signal
+import subprocess
 import sys
 
 import pytest
 
 from dreamer.runtime import checkpoint, signals
-from tests.runs import QUICK, UNTIL_STOPPED, Trainer, read_metrics, run_module, run_trainer
+from tests.runs import QUICK, UNTIL_STOPPED, Trainer, read_metrics, run_module
 
 
 @pytest.mark.slow
@@ -25,7 +26,7 @@ def test_sigterm_ends_with_the_command_that_resumes_the_run(tmp_path):
     prefix = "resume it with: "
     assert prefix in last, trainer.tail()
     command = shlex.split(last.split(prefix, 1)[1])
-    assert command[:3] == ["python", "-m", "dreamer.train"]
+    assert command[:3] == [sys.executable, "-m", "dreamer.train"]
     assert f"run.logdir={logdir.resolve()}" in command
     assert [arg for arg in command[3:] if not arg.startswith("run.logdir=")] == [
         *QUICK,
@@ -33,10 +34,22 @@ def test_sigterm_ends_with_the_command_that_resumes_the_run(tmp_path):
         "run.progress=false",
     ]
     stopped_at = read_metrics(logdir)[-1]["env_steps"]
-    # the printed command, to a near end: it resumes the same run directory
-    dropped = ("run.logdir=", "run.steps=", "run.progress=")
-    rest = [a for a in command[3:] if not a.startswith(dropped)]
-    resumed = run_trainer(logdir, *rest, f"run.steps={stopped_at + 200}", timeout=600)
+    # the printed command, to a near end, in a shell whose PATH has no venv and another
+    # working directory: it resumes the same run directory
+    dropped = ("run.steps=", "run.progress=")
+    pasted = [a for a in command if not a.startswith(dropped)]
+    pasted += [f"run.steps={stopped_at + 200}", "run.progress=false"]
+    bare = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root")}
+    if "XDG_CACHE_HOME" in os.environ:
+        bare["XDG_CACHE_HOME"] = os.environ["XDG_CACHE_HOME"]
+    resumed = subprocess.run(
+        ["bash", "-c", shlex.join(pasted)],
+        env=bare,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from" in resumed.stdout + resumed.stderr
     assert read_metrics(logdir)[-1]["env_steps"] == stopped_at + 200
@@ -70,7 +83,8 @@ def test_ctrl_c_to_the_whole_terminal_group_is_one_clean_stop(tmp_path):
     assert trainer.wait(300) == signals.INTERRUPT_EXIT, trainer.tail()
     assert_quiet(trainer.text())
     last = trainer.text().strip().splitlines()[-1]
-    assert "interrupted: checkpoint written; resume it with: python -m dreamer.train" in last
+    resume = f"interrupted: checkpoint written; resume it with: {sys.executable} -m dreamer.train"
+    assert resume in last
     assert last.endswith(f"run.logdir={logdir.resolve()}")
 
 

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from dreamer.envs.registry import EnvSettings
 from dreamer.errors import ConfigError
-from dreamer.schema import f, installed, mapping
+from dreamer.schema import f, installed, mapping, pip_install
 
 
 @dataclass
@@ -64,7 +64,7 @@ def check(env) -> None:
     if env_id.startswith("ALE/"):  # ale-py registers its ids only when imported
         if not installed("ale_py"):
             raise ConfigError(
-                f"env.id: {env_id} needs ale-py; install it with pip install -e '.[atari]'"
+                f"env.id: {env_id} needs ale-py; install it with {pip_install('atari')}"
             )
         module = "ale_py"
     if module:

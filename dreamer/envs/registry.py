@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from dreamer.errors import ConfigError
-from dreamer.schema import f, installed
+from dreamer.schema import f, installed, pip_install
 
 
 @dataclass
@@ -36,7 +36,8 @@ class EnvKind:
     # what its envs import when built, preloaded by the env workers' forkserver so they
     # share it rather than each holding a copy (dm_control.suite: scipy, lxml, ...)
     preload: str | None = None
-    install: str = ""  # how to get that package
+    extra: str = ""  # the project's extra that installs that package
+    install_note: str = ""  # what else it needs
     caps_episodes: bool = False  # env.length ends episodes here; the others end their own
     seeded_by_make: bool = False  # a seeding reset would start it (MineDojo launches Java)
     launch_lock: bool = False  # its launches share a lock file in the run directory
@@ -52,21 +53,21 @@ KINDS = {
         "dreamer.envs.dmc",
         package="dm_control",
         preload="dm_control.suite",
-        install="pip install -e '.[dmc]'",
+        extra="dmc",
         caps_episodes=True,
     ),
     "atari": EnvKind(
         "dreamer.envs.atari",
         package="ale_py",
         preload="PIL.Image",  # the frames' resize (dreamer.envs.wrappers)
-        install="pip install -e '.[atari]'",
+        extra="atari",
         caps_episodes=True,
     ),
     "minedojo": EnvKind(
         "dreamer.envs.minedojo",
         package="minedojo",
-        install="pip install -e '.[minedojo]' (MineDojo also needs gym 0.21, numpy<2, "
-        "JDK 8 and xvfb: see README)",
+        extra="minedojo",
+        install_note=" (MineDojo also needs gym 0.21, numpy<2, JDK 8 and xvfb: see README)",
         seeded_by_make=True,
         launch_lock=True,
     ),
@@ -97,4 +98,7 @@ def check_package(name: str) -> None:
     """The env's package is installed, or one ``ConfigError`` line saying how."""
     row = kind(name)
     if row.package and not installed(row.package):
-        raise ConfigError(f"env: {name} needs {row.package}; install it with {row.install}")
+        raise ConfigError(
+            f"env: {name} needs {row.package}; install it with "
+            f"{pip_install(row.extra)}{row.install_note}"
+        )

@@ -25,7 +25,7 @@ from dreamer import torchrl_compat as compat
 from dreamer.config import flatten
 from dreamer.errors import ConfigError
 from dreamer.runtime.files import replace_text
-from dreamer.schema import installed
+from dreamer.schema import installed, pip_install
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +233,7 @@ def check_installed(names) -> None:
     for name in sorted(set(names) & set(TRACKERS)):
         if not installed(name):
             raise ConfigError(
-                f"logger: {name} is not installed; install it with pip install -e '.[{name}]'"
+                f"logger: {name} is not installed; install it with {pip_install(name)}"
             )
 
 
