@@ -110,6 +110,8 @@ def test_start_up_note_names_a_cheap_vector_env_on_few_cores(monkeypatch):
     monkeypatch.setattr("os.sched_getaffinity", lambda _: {0, 1})
     note = path_note(has_images=False)
     assert "on 2 cores" in note and "benchmarks/README.md" in note
+    # it names what the user can look at, not a collector the trainer does not offer
+    assert "time/collect_wait_s" in note and "synchronous" not in note
     assert path_note(has_images=True) is None  # Crafter-like: async wins
     monkeypatch.setattr("os.sched_getaffinity", lambda _: set(range(16)))
     assert path_note(has_images=False) is None

@@ -204,16 +204,18 @@ FEW_CORES = 4  # up to here the async path loses on cheap envs (benchmarks/READM
 
 
 def path_note(has_images: bool) -> str | None:
-    """Where this async path loses to torchrl's synchronous Collector (a cheap vector env
-    on few cores), say so and where the figures are."""
+    """Where the collector's round trip through worker and inference processes costs
+    more than a cheap vector env's step on few cores, say so and how to tell whether it
+    limits this run (the trainer has this one collector: no setting to name)."""
     cores = usable_cores()
     if has_images or cores > FEW_CORES:
         return None
     return (
-        f"collector: a vector-only env on {cores} cores, where torchrl's synchronous "
-        "Collector can collect faster than this async path (benchmarks/README.md, "
-        '"Collection throughput"); time/collect_wait_s in the metrics shows whether '
-        "collection limits this run; benchmarks/collect.py measures this machine"
+        f"collector: a vector-only env on {cores} cores: each step's round trip through "
+        "the env worker and inference processes costs more than the env itself "
+        '(benchmarks/README.md, "Collection throughput"); at DreamerV3\'s train ratios '
+        "the learner usually sets the pace: time/collect_wait_s in the metrics shows "
+        "whether collection limits this run"
     )
 
 
