@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from dreamer.agent.spaces import spaces_to_dict
 from dreamer.data.collect import CollectorError, pace_mode, path_note
 from dreamer.data.replay import random_batch
+from dreamer.envs import registry
 from dreamer.errors import ConfigError
 from dreamer.evaluation.periodic import PeriodicEvaluation
 from dreamer.key_reference import from_argv
@@ -128,7 +129,7 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
         "training %s on %s (update: %s; learner: %d torch threads of %d usable cores, "
         "OpenMP %s, malloc %s; collection pace while it updates: %s), logging to %s",
         cfg.model.name,
-        cfg.env.name,
+        registry.label(cfg.env),
         learner.described,
         torch.get_num_threads(),
         usable_cores(),

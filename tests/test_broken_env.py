@@ -57,4 +57,5 @@ def test_a_run_on_an_env_bad_for_good_exits_1_in_one_line(tmp_path):
     assert result.returncode == 1, result.stderr[-3000:]
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and f"env {ID}: the reward is inf at step" in last, last
+    assert f"training tiny on {ID} (update: " in result.stderr  # which gym env it runs
     assert "Traceback" not in result.stderr[-2000:]
