@@ -31,7 +31,7 @@ from dreamer.agent.build import build_agent  # noqa: E402
 from dreamer.config import load  # noqa: E402
 from dreamer.data.replay import random_batch  # noqa: E402
 from tests.batches import MULTI_KEY, real_batch  # noqa: E402
-from tests.compare import RTOL, losses_and_gradients  # noqa: E402
+from tests.compare import RTOL, losses_and_gradients, relative_error  # noqa: E402
 from tests.torchrl_reference import TorchrlReference  # noqa: E402
 
 AGENTS = {
@@ -60,9 +60,7 @@ def errors(losses: dict, grads: dict, reference: tuple[dict, dict]) -> tuple[flo
         float((losses[k] - v).abs().max() / v.abs().max().clamp_min(1e-6))
         for k, v in ref_losses.items()
     )
-    grad_error = max(
-        float((grads[n] - g).norm() / g.norm().clamp_min(1e-12)) for n, g in ref_grads.items()
-    )
+    grad_error = max(relative_error(grads[n], g) for n, g in ref_grads.items())
     return loss_error, grad_error
 
 

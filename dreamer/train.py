@@ -25,7 +25,7 @@ from dreamer.envs import registry
 from dreamer.errors import ConfigError
 from dreamer.evaluation.periodic import PeriodicEvaluation
 from dreamer.key_reference import from_argv
-from dreamer.learning.learner import NonFiniteError, learner_threads
+from dreamer.learning.learner import NonFiniteError, describe, learner_threads
 from dreamer.outputs.logs import (
     IntervalMeans,
     MetricsWriter,
@@ -130,7 +130,7 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
         "OpenMP %s, malloc %s; collection pace while it updates: %s), logging to %s",
         cfg.model.name,
         registry.label(cfg.env),
-        learner.described,
+        describe(cfg.learner, learner.modes, device),
         torch.get_num_threads(),
         usable_cores(),
         " ".join(f"{k}={v}" for k, v in OPENMP.items()) or "as the environment sets it",

@@ -12,6 +12,11 @@ from tests.ddp_updates import same_draws
 RTOL = 1e-5
 
 
+def relative_error(mine: torch.Tensor, reference: torch.Tensor) -> float:
+    """The norm of the difference over the reference's (a gradient's error)."""
+    return float((mine - reference).norm() / reference.norm().clamp_min(1e-12))
+
+
 def losses_and_gradients(loss_module, stepper_loss, sample, fixed: bool, mode: str = "fp32"):
     """One forward/backward of ``stepper_loss`` (``loss_module`` owns the parameters);
     the loss's buffers (return statistics) are put back afterwards so both paths start

@@ -15,7 +15,7 @@ from dreamer.config import load
 from dreamer.data.replay import random_batch
 from dreamer.learning.learner import Learner
 from tests.batches import MASKED, MULTI_KEY, real_batch
-from tests.compare import RTOL, losses_and_gradients
+from tests.compare import RTOL, losses_and_gradients, relative_error
 from tests.torchrl_reference import TorchrlReference
 
 AGENTS = {
@@ -27,21 +27,21 @@ AGENTS = {
 }
 
 
-def agent_batch(kind: str):
-    """The agent kind's spaces and a batch of the smoke shape."""
+def agent_loss(kind: str):
+    """The agent kind's loss (seed 0) and a batch of the smoke shape."""
     overrides, spaces = AGENTS[kind]
     cfg = load(["experiment=smoke", *overrides])
     if spaces is None:
-        return real_batch(cfg, cfg.replay.batch, cfg.replay.length)
-    return spaces, random_batch(spaces, cfg.replay.batch, cfg.replay.length)
+        spaces, batch = real_batch(cfg, cfg.replay.batch, cfg.replay.length)
+    else:
+        batch = random_batch(spaces, cfg.replay.batch, cfg.replay.length)
+    torch.manual_seed(0)
+    return build_agent(cfg.model, cfg.learner, spaces).loss, batch
 
 
 @pytest.mark.parametrize("kind", list(AGENTS))
 def test_the_losses_and_gradients_equal_torchrls(kind):
-    spaces, batch = agent_batch(kind)
-    cfg = load(["experiment=smoke", *AGENTS[kind][0]])
-    torch.manual_seed(0)
-    loss = build_agent(cfg.model, cfg.learner, spaces).loss
+    loss, batch = agent_loss(kind)
     reference = TorchrlReference(loss)
     # fixed draws: uniforms 0.5, most likely categorical choice; and the real random
     # stream, which the scans consume in torchrl's order
@@ -56,7 +56,7 @@ def test_the_losses_and_gradients_equal_torchrls(kind):
         assert our_grads.keys() == their_grads.keys()
         assert len(our_grads) == len(list(loss.parameters()))  # every network learns
         for name, grad in their_grads.items():
-            error = (our_grads[name] - grad).norm() / grad.norm().clamp_min(1e-12)
+            error = relative_error(our_grads[name], grad)
             assert error <= RTOL, (name, float(error))
         for mine, theirs_buffer in zip(our_buffers, their_buffers):
             torch.testing.assert_close(mine, theirs_buffer, rtol=RTOL, atol=1e-7)
@@ -75,10 +75,7 @@ BF16_FLOOR = 5e-3  # terms torchrl's bf16 happens to round exactly still get thi
 @pytest.mark.parametrize("kind", list(AGENTS))
 def test_a_bf16_update_is_as_close_to_fp32_as_torchrls_own(kind):
     """Numerics only: a CPU without bf16 instructions emulates the same rounding."""
-    spaces, batch = agent_batch(kind)
-    cfg = load(["experiment=smoke", *AGENTS[kind][0]])
-    torch.manual_seed(0)
-    loss = build_agent(cfg.model, cfg.learner, spaces).loss
+    loss, batch = agent_loss(kind)
     with torch.no_grad():  # heads that predict something (the reward and value start at 0)
         for parameter in loss.parameters():
             parameter.add_(0.05 * torch.randn_like(parameter))
@@ -96,9 +93,7 @@ def test_a_bf16_update_is_as_close_to_fp32_as_torchrls_own(kind):
             key: float((out[key] - fp32[key]).abs() / fp32[key].abs().clamp_min(1e-6))
             for key in keys
         }
-        grad_error[name] = max(
-            float((grads[n] - g).norm() / g.norm().clamp_min(1e-12)) for n, g in fp32_grads.items()
-        )
+        grad_error[name] = max(relative_error(grads[n], g) for n, g in fp32_grads.items())
     assert max(term_error["torchrl"].values()) > 0  # bf16 did run: it rounds
     bound = max(BF16_FLOOR, BF16_OVER_TORCHRLS * max(term_error["torchrl"].values()))
     for key, error in term_error["ours"].items():

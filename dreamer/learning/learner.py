@@ -140,6 +140,15 @@ def cpu_has_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+def compiles_losses(device: torch.device) -> bool:
+    """Whether ``learner.compile`` also compiles the losses after imagination, beside the
+    RSSM steps. On a CPU inductor builds every kernel with its own C++ compiler run (~2 s
+    each on 2 cores): those losses, 38 kernels, took 58 s of a 73 s cold compile at size1m
+    for 8% of an update (0.70 -> 0.65 s). Compiled where kernels build in parallel on many
+    cores and fusion saves GPU memory traffic: CUDA."""
+    return device.type == "cuda"
+
+
 def describe(learner_cfg, modes: dict[str, bool], device: torch.device) -> str:
     """The update as it runs, for the start line: precision and why, compiled, captured."""
     precision = "bf16" if modes["bf16"] else "fp32"
@@ -152,7 +161,7 @@ def describe(learner_cfg, modes: dict[str, bool], device: torch.device) -> str:
         why += "learner.precision=bf16 runs it"
     else:
         why = "auto: this CPU has no bf16 instructions"
-    scope = "RSSM steps and losses" if device.type == "cuda" else "RSSM steps"
+    scope = "RSSM steps and losses" if compiles_losses(device) else "RSSM steps"
     compiled = f"compiled ({scope})" if modes["compile"] else "eager"
     captured = ", CUDA graph" if modes["cudagraph"] else ""
     return f"{precision} ({why}), {compiled}{captured}"
@@ -186,12 +195,7 @@ class Learner:
         self.loss.precision = "bf16" if self.modes["bf16"] else "fp32"
         if self.modes["compile"]:
             use_compile_cache()
-            # On a CPU inductor builds every kernel with its own C++ compiler run (~2 s
-            # each on 2 cores): the losses after imagination, 38 kernels, took 58 s of a
-            # 73 s cold compile at size1m for 8% of an update (0.70 -> 0.65 s); compiled
-            # where kernels build in parallel on many cores and fusion saves GPU memory
-            # traffic: CUDA
-            self.loss.compile_steps(behavior=device.type == "cuda")
+            self.loss.compile_steps(behavior=compiles_losses(device))
         # torchrl's stepper: forward, backward, optimizer and target update, its CUDA
         # graph capture; not its whole-step compile or its autocast (CUDA only): the
         # loss compiles its own graphs and autocasts on every device
@@ -205,7 +209,6 @@ class Learner:
         )
         self.updates = 0
         self._warm = not self.modes["cudagraph"]  # the stepper captures in its warm-up
-        self.described = describe(learner_cfg, self.modes, device)
 
     def update(self, batch: TensorDictBase) -> dict[str, torch.Tensor]:
         """One optimizer step on a [batch, length] replay sample; returns its scalar
