@@ -1,5 +1,6 @@
 """The progress bar of a resumed run counts its own updates from the start (it showed
-upd_s=0.00 while updates ran), and shows every update it is told of."""
+upd_s=0.00 while updates ran), and shows every update it is told of; its env-step rate
+falls while a burst of updates holds the env steps (tqdm's stood at its last value)."""
 
 import io
 import os
@@ -108,3 +109,17 @@ def test_the_eta_agrees_with_the_start_estimate_once_updates_run(tmp_path):
             assert expected / 2 <= eta <= 2 * expected, (updates, eta, expected)
             judged += 1
     assert judged >= 5
+    frames = [
+        (int(n.replace(",", "")), float(rate), int(updates))
+        for n, rate, updates in re.findall(
+            r"\| ([\d,]+)/[\d,]+ \[[\d:]+, step_s=([\d.]+), eta=[\d:?]+, upd=(\d+)", screen
+        )
+    ]
+    held = [  # redraws during a burst of updates: no env step came since the one before
+        (rate, before[1])
+        for before, (n, rate, updates) in zip(frames, frames[1:])
+        if n == before[0] and updates > before[2]
+    ]
+    assert len(held) >= 5, frames[:20]
+    assert all(rate <= earlier for rate, earlier in held)  # the rate does not stand still
+    assert sum(rate < earlier for rate, earlier in held) >= len(held) // 2

@@ -190,8 +190,13 @@ class Rates:
 
 
 class Progress:
-    """tqdm bar over env steps with the updates done, their rate and the ETA; redrawn
-    after every update and every collected batch (tqdm redraws at most every 0.1 s).
+    """tqdm bar over env steps with their rate, the updates done, their rate and the ETA;
+    redrawn after every update and every collected batch (tqdm redraws at most every
+    0.1 s).
+
+    Both rates are this process's means since it started: tqdm's own env-step rate is
+    an average it updates only when env steps move, so it stood still (45.20step/s for
+    two minutes) while a burst of updates held the env steps.
 
     The ETA is the trainer's estimate: the updates left to ``run.steps`` times the
     loop's wall seconds per update since this process's first update (before it, the
@@ -214,7 +219,7 @@ class Progress:
             disable=not enabled,
             file=sys.stderr,
             miniters=0,  # tqdm's adaptive default skips the redraws of update bursts
-            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {rate_fmt}{postfix}]",
+            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]",
         )
         self.started = time.perf_counter()
         self.initial = initial
@@ -235,10 +240,14 @@ class Progress:
         now = time.perf_counter()
         if self.first_update is None and updates > self.first_updates:
             self.first_update = (now, updates)
-        rate = (updates - self.first_updates) / max(now - self.started, 1e-9)
-        self.bar.set_postfix(
-            eta=self._eta(now, env_steps, updates), upd=updates, upd_s=f"{rate:.2f}", refresh=False
-        )
+        elapsed = max(now - self.started, 1e-9)
+        shown = {  # in this order (keywords would be sorted)
+            "step_s": f"{(env_steps - self.initial) / elapsed:.2f}",
+            "eta": self._eta(now, env_steps, updates),
+            "upd": updates,
+            "upd_s": f"{(updates - self.first_updates) / elapsed:.2f}",
+        }
+        self.bar.set_postfix(shown, refresh=False)
         self.bar.update(env_steps - self.bar.n)  # a redraw when tqdm's interval passed
 
     def _eta(self, now: float, env_steps: int, updates: int) -> str:
