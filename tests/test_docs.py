@@ -213,6 +213,29 @@ def test_the_cpu_speed_figures_are_those_of_their_results_files():
     assert f"{seconds[0]:,}-{seconds[-1]:,} s" in speed
 
 
+def test_the_cpu_runs_length_is_said_once_as_measured():
+    """README, docs/envs.md, the preset and the start note give experiment=dmc_proprio_cpu
+    one length (they said half an hour, 25-35 min, about an hour and ~1 h): the
+    constant, the mean wall time of ours' seeds in the side-by-side results."""
+    from dreamer.runtime.timing import CPU_RUN_LENGTH, CpuSpeedNote
+
+    runs = json.loads((RESULTS / "peers_learn_reacher_easy.json").read_text())
+    minutes = runs["summary"]["ours"]["mean_wall_s"] / 60
+    assert runs["preset"] == "experiment=dmc_proprio_cpu"
+    assert CPU_RUN_LENGTH == f"about {5 * round(minutes / 5)} min on 2 cores"
+    places = {
+        "README.md": (ROOT / "README.md").read_text(),
+        "docs/envs.md": (DOC / "envs.md").read_text(),
+        "the preset": (ROOT / "conf/experiment/dmc_proprio_cpu.yaml").read_text(),
+    }
+    crafter = config.load(["run.steps=1000000"])
+    places["the start note"] = CpuSpeedNote(crafter, True).note(5.0, "timed")
+    others = re.compile(r"half an hour|an hour|~1 h\b|\d+-\d+ min")
+    for place, text in places.items():
+        text = " ".join(text.split())
+        assert CPU_RUN_LENGTH in text and not others.search(text), place
+
+
 def gpu_check_steps() -> dict[str, int]:
     """benchmarks/gpu_check.sh's steps on the GPU and their limits in seconds."""
     script = (ROOT / "benchmarks" / "gpu_check.sh").read_text()

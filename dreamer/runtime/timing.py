@@ -72,6 +72,12 @@ class LoopTimers:
         return f"loop time: {wall:.0f} s; {shares}, other {other:.0f}%"
 
 
+CPU_RUN_LENGTH = "about 40 min on 2 cores"
+"""`experiment=dmc_proprio_cpu`'s wall time, said so wherever the run is named (README,
+docs/envs.md, its YAML, the start note): the mean of ours' three reacher_easy seeds in
+benchmarks/results/peers_learn_reacher_easy.json (tests/test_docs.py holds them equal)."""
+
+
 class CpuSpeedNote:
     """Without a GPU, how long the run's updates will take: at start, from updates
     timed before collection (``start``); after the first ``sample`` updates of the loop,
@@ -124,8 +130,8 @@ class CpuSpeedNote:
             return note + "."
         return note + (
             ". A real run that fits a CPU: `make train ARGS=experiment=dmc_proprio_cpu` "
-            "(DMC from proprioception, 50k env steps, 25-35 min on 2 cores: "
-            "benchmarks/README.md); a quick end-to-end check: `make smoke`."
+            f"(DMC from proprioception, 50k env steps, {CPU_RUN_LENGTH}); "
+            "a quick end-to-end check: `make smoke`."
         )
 
 
