@@ -264,11 +264,20 @@ def estimate_at_start(speed_note, learner, spaces, cfg, world: World) -> tuple[S
     if not (speed_note.enabled and not world.distributed and speed_note.updates() > 0):
         return early, False
     batch = random_batch(spaces, cfg.replay.batch, cfg.replay.length)
+    compiling = learner.modes["compile"]
+    log.info(  # it takes up to a minute (a cold compile): the screen says what runs
+        "timing the learner update before collection starts%s",
+        ": the first compiles it (tens of seconds the first time on this machine, "
+        "seconds once torch's compile cache holds it)"
+        if compiling
+        else "",
+    )
     try:
         with early:
-            speed_note.start(
-                learner.timed_update(batch), "the quickest of the updates timed before collection"
-            )
+            first, quickest = learner.timed_update(batch)
+            how = "the quickest of the updates timed before collection; the first took "
+            how += f"{first:.1f} s{', compiling' if compiling else ''}"
+            speed_note.start(quickest, how)
     except KeyboardInterrupt:
         return early, True
     return early, False

@@ -5,13 +5,14 @@ falls while a burst of updates holds the env steps (tqdm's stood at its last val
 import io
 import os
 import re
+import signal
 import time
 
 import pytest
 
 from dreamer.outputs import logs
 from dreamer.runtime.schedules import TrainRatio
-from tests.runs import run_trainer
+from tests.runs import UNTIL_STOPPED, Trainer, run_trainer
 
 
 def test_a_resumed_runs_bar_rates_its_own_updates(monkeypatch):
@@ -123,3 +124,27 @@ def test_the_eta_agrees_with_the_start_estimate_once_updates_run(tmp_path):
     assert len(held) >= 5, frames[:20]
     assert all(rate <= earlier for rate, earlier in held)  # the rate does not stand still
     assert sum(rate < earlier for rate, earlier in held) >= len(held) // 2
+
+
+@pytest.mark.slow
+def test_a_compiling_runs_screen_says_what_runs_before_its_first_estimate(tmp_path):
+    """The CPU run the README names (DMC from proprioception, compiled) compiles and times
+    its update before collection: up to a minute in which the screen said nothing after
+    the start line. The next line says what runs, the note how long its first took."""
+    preset = ("experiment=dmc_proprio_cpu", "env.task=cartpole_balance", "run.envs=2")
+    trainer = Trainer(tmp_path / "run", *preset, UNTIL_STOPPED, log=tmp_path / "run.log")
+    try:
+        trainer.wait_for(r"learner update takes", timeout=400)
+    finally:
+        trainer.process.send_signal(signal.SIGTERM)
+        trainer.wait(300)
+    lines = trainer.text().splitlines()
+    start = next(i for i, line in enumerate(lines) if "training size1m on dmc" in line)
+    assert "compiled (RSSM steps)" in lines[start]
+    assert (
+        "timing the learner update before collection starts: the first compiles it"
+        in (lines[start + 1])
+    ), lines[start : start + 3]
+    note = r"takes ([\d.]+) s on this CPU \(.* the first took ([\d.]+) s, compiling\)"
+    first, quickest = re.search(note, lines[start + 2]).group(2, 1)
+    assert float(first) >= float(quickest)
