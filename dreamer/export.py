@@ -8,9 +8,10 @@ needed to run it). Load and step it with torch alone:
     program = torch.export.load("policy.pt2").module()
     action, state, belief, previous_action = program(obs, state, belief, previous_action, is_init)
 
-``obs``: a dict of [B, ...] tensors (the names, shapes and dtypes are in the file's
-``dreamer.json``); ``state``/``belief``/``previous_action``: float32 zeros at the start,
-then the previous call's outputs; ``is_init``: [B] bool, True on an episode's first step.
+``obs``: a dict of [B, ...] tensors; ``state``/``belief``/``previous_action``: float32
+zeros at the start, then the previous call's outputs; ``is_init``: [B] bool, True on an
+episode's first step. Every input's and output's shape and dtype are in the file's
+``dreamer.json``. docs/policy.md holds an example that runs as written.
 The latent is sampled from the posterior as in training (seed torch to reproduce a run).
 """
 
@@ -60,22 +61,28 @@ def _mask_names(spaces: EnvSpaces) -> set[str]:
     return set(mask_keys(spaces.action_heads))
 
 
-def metadata(policy: Policy, inputs: tuple) -> dict:
-    observations = inputs[0]
+def specs(tensors: dict[str, torch.Tensor]) -> dict[str, dict]:
+    """Each tensor's shape, its batch dimension named ``B``, and dtype (``float32``:
+    ``getattr(torch, dtype)`` gives it back)."""
+    return {
+        name: {"shape": ["B", *value.shape[1:]], "dtype": str(value.dtype).removeprefix("torch.")}
+        for name, value in tensors.items()
+    }
+
+
+def metadata(policy: Policy, inputs: tuple, outputs: tuple) -> dict:
+    """``dreamer.json``: what the program takes and gives, in call order, as shapes."""
+    observations, *recurrent = inputs
     return {
         "format": "torch.export",
         "env_step": policy.step,
+        "call": "program(obs, state, belief, previous_action, is_init) "
+        "-> (action, state, belief, previous_action)",
         "inputs": {
-            "obs": {
-                name: {"shape": list(value.shape[1:]), "dtype": str(value.dtype)}
-                for name, value in observations.items()
-            },
-            "state": policy.state_size,
-            "belief": policy.belief_size,
-            "previous_action": policy.spaces.action_dim,
-            "is_init": "bool [B]",
+            "obs": specs(observations),
+            **specs(dict(zip(("state", "belief", "previous_action", "is_init"), recurrent))),
         },
-        "outputs": ["action (env units)", "state", "belief", "previous_action"],
+        "outputs": specs(dict(zip(("action", "state", "belief", "previous_action"), outputs))),
         "spaces": spaces_to_dict(policy.spaces),
     }
 
@@ -94,8 +101,9 @@ def export(policy: Policy, path: Path) -> Path:
     )
     with torch.no_grad():
         program = torch.export.export(step, inputs, dynamic_shapes=shapes)
+        outputs = program.module()(*inputs)
     path.parent.mkdir(parents=True, exist_ok=True)
-    extra = {METADATA: json.dumps(metadata(policy, inputs), indent=1)}
+    extra = {METADATA: json.dumps(metadata(policy, inputs, outputs), indent=1)}
     torch.export.save(program, str(path), extra_files=extra)
     return path
 

@@ -3,6 +3,7 @@ program in an interpreter without dreamer, and bad input."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -168,6 +169,46 @@ def test_readme_example_runs_a_trained_cartpole_run(cartpole_run, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     total = float(result.stdout.strip().split()[-1])
     assert total == int(total) and 1 <= total <= 500  # CartPole: +1 per step, capped at 500
+
+
+@pytest.mark.slow
+def test_the_export_example_runs_as_written_without_dreamer(cartpole_run, tmp_path):
+    """docs/policy.md's exported example, after the export command it names (the run's
+    path the one thing changed), in an interpreter without dreamer: it builds its inputs
+    from dreamer.json alone (the example used prev_action where the file says
+    previous_action, and gave widths where the inputs need shapes)."""
+    text = README.read_text()
+    command = re.search(r"after `(python -m dreamer.export[^`]*)`", text, re.S)[1].split()
+    example = re.search(r"<!-- export-example -->\n```python\n(.*?)```", text, re.S)[1]
+    command = [arg.replace("runs/cartpole/my-run", str(cartpole_run)) for arg in command]
+    exported = subprocess.run(
+        [sys.executable, *command[1:]], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    without_dreamer = "import sys\nsys.modules['dreamer'] = None\n" + example
+    result = subprocess.run(
+        [sys.executable, "-I", "-c", without_dreamer],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    total = float(result.stdout.strip().split()[-1])
+    assert total == int(total) and 1 <= total <= 500  # CartPole: +1 per step, capped at 500
+    files = {"dreamer.json": ""}
+    torch.export.load(tmp_path / "policy.pt2", extra_files=files)
+    meta = json.loads(files["dreamer.json"])
+    sizes = [Policy.load(cartpole_run).state_size, Policy.load(cartpole_run).belief_size]
+    for side in ("inputs", "outputs"):
+        assert meta[side]["state"] == {"shape": ["B", sizes[0]], "dtype": "float32"}
+        assert meta[side]["belief"] == {"shape": ["B", sizes[1]], "dtype": "float32"}
+        assert meta[side]["previous_action"] == {"shape": ["B", 2], "dtype": "float32"}
+    assert meta["inputs"]["is_init"] == {"shape": ["B"], "dtype": "bool"}
+    assert meta["outputs"]["action"] == {"shape": ["B"], "dtype": "int64"}  # an index
+    assert meta["inputs"]["obs"] == {"observation": {"shape": ["B", 4], "dtype": "float32"}}
+    assert list(meta["outputs"]) == ["action", "state", "belief", "previous_action"]
+    assert "prev_action" not in text
 
 
 PLAY_EXPORTED = """
