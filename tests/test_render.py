@@ -1,6 +1,7 @@
 """The render pool draws byte-identical files to a serial render; failures are reported."""
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -111,3 +112,17 @@ def test_rate_bars_span_0_to_100_even_when_nothing_is_achieved(monkeypatch, tmp_
     render.bars(tmp_path / "a.png", ["collect_wood", "place_table"], [0.0, 0.0], "rates")
     render.bars(tmp_path / "b.png", ["collect_wood", "place_table"], [12.5, 0.0], "rates")
     assert limits == [(0.0, 100.0), (0.0, 100.0)]
+
+
+def test_bars_with_nothing_achieved_say_so_on_the_figure(tmp_path):
+    """All-zero bars read as a broken figure: a note across them says none yet."""
+    from PIL import Image
+
+    from dreamer.evaluation.render import bars
+
+    names = ["collect_wood", "eat_cow", "wake_up"]
+    for values, noted in (([0.0, 0.0, 0.0], True), ([0.0, 50.0, 0.0], False)):
+        bars(tmp_path / "bars.png", names, values, "score", xlabel="% of 4 episodes")
+        texts = json.loads(Image.open(tmp_path / "bars.png").text["Comment"])
+        assert ("none yet" in texts) == noted
+        assert {"score", "% of 4 episodes", *names} <= set(texts)

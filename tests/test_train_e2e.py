@@ -181,7 +181,37 @@ def test_smoke_evaluates_periodically_and_writes_every_report(smoke_run):
         }
         points = json.loads(Image.open(folder / "returns.png").text["Description"])
         assert points == expected
+        assert_labelled(folder, row, before, saved)
     assert result.stderr.count("eval at env step") == len(evals)
+
+
+def labels(png) -> list[str]:
+    """Every text drawn on a report figure, as the file records it."""
+    return json.loads(Image.open(png).text["Comment"])
+
+
+def assert_labelled(folder, row: dict, before: list[dict], saved: dict) -> None:
+    """A report's figures say what they show (they said "crafter" and "Crafter score
+    0.0%" over bare bars and a bare dot): the env and the step, how many episodes are
+    behind each line and bar, and the error row's colour scale."""
+    step, episodes = row["env_steps"], saved["eval"]["episodes"]
+    returns = labels(folder / "returns.png")
+    evaluations = sum("eval/return" in r for r in before)
+    train = sum(r.get("episode/count", 0) for r in before if "episode/return" in r)
+    assert f"crafter: returns up to env step {step:,}" in returns
+    assert f"train: {train:,} episodes, a point per log row (their mean)" in returns
+    plural = "s" if evaluations > 1 else ""
+    assert f"eval: {evaluations} evaluation{plural}, each the mean of {episodes} episodes" in (
+        returns
+    )
+    achievements = labels(folder / "achievements.png")
+    score = f"{row['eval/crafter_score']:.1f}%"
+    assert f"Crafter score {score}: evaluation at env step {step:,}" in achievements
+    assert f"% of the evaluation's {episodes} episodes with the achievement" in achievements
+    rates = [row[f"eval/achievements/{name}"] for name in ACHIEVEMENTS]
+    assert ("none yet" in achievements) == (not any(rates))
+    assert "|truth - model|\n(mean of RGB)" in labels(folder / "open_loop.png")
+    assert {"0", "100", "200"} <= set(labels(folder / "open_loop.png"))  # the scale's ticks
 
 
 @pytest.mark.slow

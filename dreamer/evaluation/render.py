@@ -47,39 +47,65 @@ def _pyplot():
 
 
 def _save(figure, path: Path, **metadata: str) -> None:
+    """The PNG, its ``Comment`` text every label drawn on it (titles, axes, legends,
+    colour scales, notes) as a JSON list: what a reader sees, checkable from the file."""
+    from matplotlib.text import Text
+
+    figure.canvas.draw()  # tick labels get their text when drawn
+    texts = [text.get_text() for text in figure.findobj(Text) if text.get_text().strip()]
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, metadata=PNG_METADATA | metadata)
+    figure.savefig(path, metadata=PNG_METADATA | {"Comment": json.dumps(texts)} | metadata)
 
 
 def open_loop(path: Path, truth: np.ndarray, model: np.ndarray, context: int) -> None:
-    """Rows: truth, model, |error|; columns: time steps ([T, H, W, 3] uint8 each).
-    The first ``context`` model frames are reconstructions, the rest imagined."""
+    """Rows: truth, model, error; columns: time steps ([T, H, W, 3] uint8 each). The first
+    ``context`` model frames are reconstructions, the rest imagined. The error row is
+    each pixel's |truth - model| averaged over RGB, on one colour scale (0-255) drawn
+    beside it."""
     plt = _pyplot()
     steps = truth.shape[0]
-    figure, axes = plt.subplots(3, steps, figsize=(steps * 0.9, 3.0), squeeze=False)
-    error = np.abs(truth.astype(np.int16) - model.astype(np.int16)).astype(np.uint8)
+    figure, axes = plt.subplots(3, steps, figsize=(steps * 0.9 + 0.8, 3.0), squeeze=False)
+    error = np.abs(truth.astype(np.int16) - model.astype(np.int16)).mean(axis=-1)
     for row, (name, frames) in enumerate((("truth", truth), ("model", model), ("error", error))):
         for t in range(steps):
             axis = axes[row, t]
-            axis.imshow(frames[t], interpolation="nearest")
+            if row < 2:
+                axis.imshow(frames[t], interpolation="nearest")
+            else:
+                shown = axis.imshow(
+                    frames[t], interpolation="nearest", cmap="magma", vmin=0, vmax=255
+                )
             axis.set_xticks([])
             axis.set_yticks([])
             if t == 0:
                 axis.set_ylabel(name)
             if row == 0:
                 axis.set_title(f"{'ctx' if t < context else 'imag'} {t}", fontsize=6)
-    figure.tight_layout(pad=0.2)
+    right = 1 - 0.8 / (steps * 0.9 + 0.8)  # the scale's margin; the frames keep one width
+    figure.tight_layout(pad=0.2, rect=(0, 0, right, 1))
+    row = axes[2, -1].get_position()
+    scale = figure.colorbar(shown, cax=figure.add_axes((right + 0.005, row.y0, 0.006, row.height)))
+    scale.set_label("|truth - model|\n(mean of RGB)", fontsize=6)
+    scale.ax.tick_params(labelsize=6)
     _save(figure, path)
     plt.close(figure)
 
 
-def curve(path: Path, series: dict[str, tuple[list[float], list[float]]], title: str) -> None:
-    """Lines of (x, y) per name, e.g. train and eval return vs env steps; the PNG's
-    ``Description`` text holds each line's point count as JSON."""
+def curve(
+    path: Path,
+    series: dict[str, tuple[list[float], list[float]]],
+    title: str,
+    labels: dict[str, str] | None = None,
+) -> None:
+    """Lines of (x, y) per name, e.g. train and eval return vs env steps, ``labels`` their
+    legend entries (default: the names); a line of few points gets markers, a single
+    point among them. The PNG's ``Description`` text holds each line's point count as
+    JSON."""
     plt = _pyplot()
     figure, axis = plt.subplots(figsize=(6, 4))
     for name, (x, y) in series.items():
-        axis.plot(x, y, marker="o" if len(x) < 30 else None, markersize=3, label=name)
+        label = (labels or {}).get(name, name)
+        axis.plot(x, y, marker="o" if len(x) < 30 else None, markersize=4, label=label)
     axis.set_xlabel("env steps")
     axis.set_ylabel("return")
     axis.set_title(title)
@@ -89,15 +115,18 @@ def curve(path: Path, series: dict[str, tuple[list[float], list[float]]], title:
     plt.close(figure)
 
 
-def bars(path: Path, names: list[str], values: list[float], title: str) -> None:
-    """Horizontal bars, e.g. Crafter's per-achievement success rates in %."""
+def bars(path: Path, names: list[str], values: list[float], title: str, xlabel: str = "%") -> None:
+    """Horizontal bars, e.g. Crafter's per-achievement success rates in %; with every
+    bar at 0, a note across them says so (empty bars read as a broken figure)."""
     plt = _pyplot()
-    figure, axis = plt.subplots(figsize=(6, 0.25 * len(names) + 1))
+    figure, axis = plt.subplots(figsize=(6, 0.25 * len(names) + 1.2))
     axis.barh(range(len(names)), values)
     axis.set_yticks(range(len(names)), names)
     axis.invert_yaxis()
     axis.set_xlim(0, 100)  # rates: nothing achieved yet reads 0 of 100, not -0.04..0.04
-    axis.set_xlabel("%")
+    if not any(values):
+        axis.text(50, (len(names) - 1) / 2, "none yet", ha="center", va="center", color="gray")
+    axis.set_xlabel(xlabel)
     axis.set_title(title)
     figure.tight_layout()
     _save(figure, path)

@@ -11,6 +11,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from dreamer.agent.build import Agent, reco_key
+from dreamer.envs import registry
 
 
 def _to_uint8(images: torch.Tensor) -> np.ndarray:
@@ -64,8 +65,9 @@ def replay_open_loop(
     return truth[0], model[0], context
 
 
-def learning_curves(metrics: Path) -> dict[str, tuple[list[float], list[float]]]:
-    """Train episode returns and eval returns vs env steps, read from ``metrics.jsonl``."""
+def learning_curves(metrics: Path) -> tuple[dict[str, tuple[list, list]], dict[str, str]]:
+    """Train episode returns and eval returns vs env steps, read from ``metrics.jsonl``,
+    and their legend entries: what each point is and how many episodes are behind it."""
     series: dict[str, tuple[list[float], list[float]]] = {}
     rows = (
         [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
@@ -74,7 +76,14 @@ def learning_curves(metrics: Path) -> dict[str, tuple[list[float], list[float]]]
         points = [(row["env_steps"], row[key]) for row in rows if row.get(key) is not None]
         if points:
             series[name] = tuple(map(list, zip(*points)))
-    return series
+    train = sum(row.get("episode/count", 0) for row in rows if "episode/return" in row)
+    evals = [row.get("eval/episodes", 0) for row in rows if "eval/return" in row]
+    each = f"{evals[0]} episodes" if evals and len(set(evals)) == 1 else "episodes"
+    labels = {
+        "train": f"train: {train:,} episodes, a point per log row (their mean)",
+        "eval": f"eval: {len(evals)} evaluation{'s' * (len(evals) != 1)}, each the mean of {each}",
+    }
+    return series, labels
 
 
 def submit_reports(
@@ -86,7 +95,9 @@ def submit_reports(
     window, the learning curves so far and, for Crafter, the achievement success rates."""
     folder = report_folder(logdir, result.step, under)
     open_loop_frames = replay_open_loop(agent, replay, image, cfg.replay.length)
-    curves = learning_curves(logdir / "metrics.jsonl")
+    curves, labels = learning_curves(logdir / "metrics.jsonl")
+    env = registry.label(cfg.env)
+    env = cfg.env.name if env == cfg.env.name else f"{cfg.env.name} {env}"
     if result.frames is not None:
         pool.submit("video", folder / "episode", frames=result.frames)
     if open_loop_frames is not None:
@@ -95,15 +106,18 @@ def submit_reports(
             "open_loop", folder / "open_loop.png", truth=truth, model=model, context=context
         )
     if curves:
-        pool.submit("curve", folder / "returns.png", series=curves, title=cfg.env.name)
+        title = f"{env}: returns up to env step {result.step:,}"
+        pool.submit("curve", folder / "returns.png", series=curves, title=title, labels=labels)
     if result.achievements:
         score = result.metrics()["eval/crafter_score"]
+        episodes = len(result.returns)
         pool.submit(
             "bars",
             folder / "achievements.png",
             names=list(result.achievements),
             values=list(result.achievements.values()),
-            title=f"Crafter score {score:.1f}%",
+            title=f"Crafter score {score:.1f}%: evaluation at env step {result.step:,}",
+            xlabel=f"% of the evaluation's {episodes} episodes with the achievement",
         )
 
 
