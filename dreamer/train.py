@@ -26,6 +26,7 @@ from dreamer.errors import ConfigError
 from dreamer.evaluation.periodic import PeriodicEvaluation
 from dreamer.key_reference import from_argv
 from dreamer.learning.learner import NonFiniteError, describe, learner_threads
+from dreamer.outputs import metric_keys
 from dreamer.outputs.logs import (
     IntervalMeans,
     MetricsWriter,
@@ -214,7 +215,7 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
                             "replay/size": len(replay),
                             "policy_version": collector.policy_version,
                             "learner/skipped": learner.optimizer.skipped,
-                            **losses.flush(),
+                            **metric_keys.logged(losses.flush()),
                             **parts.episodes.flush(),
                             **parts.relaunches.metrics(),
                             **gc_stats.metrics(),

@@ -13,6 +13,7 @@ from dreamer.config import load
 from dreamer.envs.dmc import SKYBOX, DMCEnv, choose_gl_backend, split_task
 from dreamer.envs.make import make_env
 from dreamer.errors import ConfigError
+from dreamer.outputs import metric_keys
 from dreamer.runtime import checkpoint
 from tests.runs import ROOT, forked_runs, read_metrics, run_trainer
 
@@ -186,3 +187,4 @@ def test_smoke_run(tmp_path, obs):
     convs = [w.shape for w in weights if w.dim() == 4 and w.shape[1] == 3]
     assert bool(convs) == (obs == "vision"), convs
     assert all(torch.isfinite(torch.tensor(rows[-1][k])) for k in rows[-1] if "loss" in k)
+    assert [key for row in rows for key in row if not metric_keys.documented(key)] == []

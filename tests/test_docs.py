@@ -236,6 +236,15 @@ def test_the_cpu_runs_length_is_said_once_as_measured():
         assert CPU_RUN_LENGTH in text and not others.search(text), place
 
 
+def test_the_metrics_table_is_the_one_source():
+    """docs/outputs.md lists the metrics as dreamer/outputs/metric_keys.py holds them
+    (the runs' tests hold every key a run writes to that module)."""
+    from dreamer.outputs.metric_keys import table
+
+    text = (DOC / "outputs.md").read_text()
+    assert table() in text
+
+
 def gpu_check_steps() -> dict[str, int]:
     """benchmarks/gpu_check.sh's steps on the GPU and their limits in seconds."""
     script = (ROOT / "benchmarks" / "gpu_check.sh").read_text()

@@ -72,7 +72,7 @@ def test_kill_9_at_random_moments_loses_nothing(tmp_path):
     rows = read_metrics(logdir)
     logged = [row["env_steps"] for row in rows]
     assert logged == sorted(set(logged)) and logged[-1] == steps
-    for counter in ("updates", "policy_version", "episodes"):
+    for counter in ("updates", "policy_version", "episode/total"):
         values = [row[counter] for row in rows]
         assert values == sorted(values), f"{counter} went back"
     assert checkpoint.load(checkpoint.latest(logdir))["steps"]["env_steps"] == steps

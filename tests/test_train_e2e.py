@@ -17,6 +17,7 @@ import yaml
 from PIL import Image
 
 from dreamer.envs.crafter import ACHIEVEMENTS
+from dreamer.outputs import metric_keys
 from dreamer.runtime import checkpoint
 from dreamer.train import main
 from tests.runs import QUICK, UNTIL_STOPPED, read_metrics, run_module, run_trainer
@@ -183,6 +184,16 @@ def test_smoke_evaluates_periodically_and_writes_every_report(smoke_run):
         assert points == expected
         assert_labelled(folder, row, before, saved)
     assert result.stderr.count("eval at env step") == len(evals)
+    assert_documented(everything)
+
+
+def assert_documented(rows: list[dict]) -> None:
+    """Every key a run wrote is in docs/outputs.md's table (six were in no doc), under
+    the names it gives (not torchrl's inside the loss)."""
+    keys = {key for row in rows for key in row}
+    assert [key for key in sorted(keys) if not metric_keys.documented(key)] == []
+    assert not keys & set(metric_keys.LOGGED_AS)
+    assert set(metric_keys.LOGGED_AS.values()) <= keys
 
 
 def labels(png) -> list[str]:

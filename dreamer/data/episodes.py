@@ -42,7 +42,7 @@ class EpisodeStats:
 
     def flush(self) -> dict[str, float]:
         """Metrics of the episodes finished since the last flush."""
-        metrics: dict[str, float] = {"episodes": self.episodes, "env/restarts": self.restarts}
+        metrics: dict[str, float] = {"episode/total": self.episodes, "env/restarts": self.restarts}
         if self._returns:
             metrics["episode/return"] = sum(self._returns) / len(self._returns)
             metrics["episode/length"] = sum(self._lengths) / len(self._lengths)
