@@ -27,15 +27,22 @@ install: $(STAMP)
 
 install-dev: $(DEV_STAMP)
 
+# Ctrl-C stops a run with a checkpoint, its resume line last on screen: the run is a
+# terminal job of its own (DREAMER_TERMINAL_JOB: make does not get the Ctrl-C, which
+# printed "make: *** [...] Interrupt" below that line) and its exit code 130 is taken
+# as done (make printed "Error 130")
+RUN = DREAMER_TERMINAL_JOB=1 $(PY) -m dreamer.train
+STOPPED = || [ $$? -eq 130 ]
+
 train: $(STAMP)
-	$(PY) -m dreamer.train $(ARGS)
+	$(RUN) $(ARGS) $(STOPPED)
 
 # the newest unfinished run of the default env (add the ARGS it was started with)
 resume: $(STAMP)
-	$(PY) -m dreamer.train run.resume=latest $(ARGS)
+	$(RUN) run.resume=latest $(ARGS) $(STOPPED)
 
 smoke: $(STAMP)
-	$(PY) -m dreamer.train experiment=smoke $(ARGS)
+	$(RUN) experiment=smoke $(ARGS) $(STOPPED)
 
 # MuJoCo's CPU renderer (env=dmc vision) needs Debian's libosmesa6
 osmesa:

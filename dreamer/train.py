@@ -300,7 +300,8 @@ def cli() -> int:
 
         return sweep.main(sys.argv[1:], main)
     try:
-        return main()
+        with signals.terminal_job():
+            return main()
     except KeyboardInterrupt:  # the run said where it stopped and how to resume it
         return signals.INTERRUPT_EXIT
 

@@ -3,15 +3,18 @@
 resumes it. Stopping prints no traceback, ERROR or WARNING from any of its processes."""
 
 import os
+import pty
+import select
 import shlex
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from dreamer.runtime import checkpoint, signals
-from tests.runs import QUICK, UNTIL_STOPPED, Trainer, read_metrics, run_module
+from tests.runs import QUICK, ROOT, UNTIL_STOPPED, Trainer, read_metrics, run_module
 
 
 @pytest.mark.slow
@@ -86,6 +89,65 @@ def test_ctrl_c_to_the_whole_terminal_group_is_one_clean_stop(tmp_path):
     resume = f"interrupted: checkpoint written; resume it with: {sys.executable} -m dreamer.train"
     assert resume in last
     assert last.endswith(f"run.logdir={logdir.resolve()}")
+
+
+def on_a_terminal(command: str, until: bytes, timeout: float = 300) -> tuple[int, str]:
+    """``command`` in a shell on a pseudo-terminal of its own (the session's foreground
+    job, as a user's): Ctrl-C typed on it once ``until`` shows. Returns the exit code
+    and the screen."""
+    pid, terminal = pty.fork()
+    if pid == 0:  # the child: the terminal's session leader
+        os.chdir(ROOT)
+        os.execvp("sh", ["sh", "-c", command])
+    screen, typed, deadline = b"", False, time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not typed and until in screen:
+            time.sleep(2)
+            os.write(terminal, b"\x03")  # the terminal sends SIGINT to its foreground group
+            typed = True
+        if select.select([terminal], [], [], 0.5)[0]:
+            try:
+                chunk = os.read(terminal, 65536)
+            except OSError:  # the session ended
+                break
+            if not chunk:
+                break
+            screen += chunk
+    else:
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    os.close(terminal)
+    return os.waitstatus_to_exitcode(status), screen.decode(errors="replace")
+
+
+@pytest.mark.slow
+def test_ctrl_c_of_make_smoke_ends_with_the_resume_line(tmp_path):
+    """Ctrl-C typed at `make smoke` on a terminal: the last line on screen is the command
+    that resumes the run (make printed "make: *** [...] Error 130" or "Interrupt" below
+    it), make exits 0, and the terminal is the shell's again."""
+    logdir = tmp_path / "run"
+    make = shlex.join(
+        [
+            "make",
+            "-o",
+            ".venv/.installed",  # whatever its age: the tests' interpreter is installed
+            "smoke",
+            f"PY={sys.executable}",
+            f"ARGS={UNTIL_STOPPED} run.progress=false run.logdir={logdir}",
+        ]
+    )
+    ours = "import os; print('foreground:', os.tcgetpgrp(0) == os.getpgrp())"
+    code, screen = on_a_terminal(
+        f"{make}; echo make: $?; {shlex.quote(sys.executable)} -c {shlex.quote(ours)}",
+        b"env worker pids",
+    )
+    lines = [line for line in screen.replace("\r", "\n").splitlines() if line.strip()]
+    assert code == 0 and lines[-2:] == ["make: 0", "foreground: True"], screen[-3000:]
+    assert "resume it with: " in lines[-3], screen[-3000:]
+    assert lines[-3].endswith(f"run.logdir={logdir.resolve()}")
+    assert "make: ***" not in screen
+    assert_quiet(screen.replace("^C", ""))
+    assert checkpoint.latest(logdir) is not None
 
 
 @pytest.fixture

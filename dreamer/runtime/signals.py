@@ -148,3 +148,36 @@ def quiet_handshake_resets() -> None:
 
     hook.quiet_handshakes = True
     sys.excepthook = hook
+
+
+TERMINAL_JOB = "DREAMER_TERMINAL_JOB"
+
+
+@contextlib.contextmanager
+def terminal_job():
+    """With ``DREAMER_TERMINAL_JOB=1`` (the Makefile's run targets), the run is a job of
+    its own on the terminal, as a shell makes a command it starts: its own process group,
+    the terminal's foreground one. Ctrl-C then reaches the run alone, not make, which
+    printed ``make: *** [...] Interrupt`` below the run's resume line. The terminal goes
+    back to the group it came from on exit (a shell takes it back after a kill)."""
+    fd = sys.stdin.fileno() if sys.stdin is not None and sys.stdin.isatty() else None
+    if os.environ.get(TERMINAL_JOB) != "1" or fd is None or os.tcgetpgrp(fd) != os.getpgrp():
+        yield
+        return
+    came_from = os.getpgrp()
+    previous = signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # a background group's tcsetpgrp
+    try:
+        os.setpgid(0, 0)
+        os.tcsetpgrp(fd, os.getpgrp())
+    finally:
+        signal.signal(signal.SIGTTOU, previous)
+    try:
+        yield
+    finally:
+        previous = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+        try:
+            os.tcsetpgrp(fd, came_from)
+        except OSError:  # the terminal is gone
+            pass
+        finally:
+            signal.signal(signal.SIGTTOU, previous)
