@@ -94,10 +94,11 @@ class RunConfig:
     seed: int = _f(0)
     """seed of the weights, the env workers and the replay sampling"""
     logdir: str | None = _f(None)
-    """where the run writes; none = runs/<env.name>/<YYYYmmdd-HHMMSS>"""
+    """where the run writes; none = runs/<env.name>/<YYYYmmdd-HHMMSS> (env=gym:
+    runs/gym/<env.id>/<YYYYmmdd-HHMMSS>)"""
     resume: str = _f("never", choices=("never", "latest"))
-    """latest: without run.logdir, continue the newest unfinished run of this env under
-    runs/<env.name>/ (make resume) instead of starting a new one"""
+    """latest: without run.logdir, continue the newest unfinished run of this env (under
+    runs/<env.name>/; make resume) instead of starting a new one"""
     log_every: int = _f(1000, ">= 1")
     """env steps between metrics rows"""
     log_seconds: float = _f(300.0, "> 0")
@@ -606,10 +607,19 @@ def register_schema() -> None:
     ConfigStore.instance().store(name="dreamer_schema", node=node)
 
 
+def runs_folder(env) -> Path:
+    """Where an env's runs go without ``run.logdir``: ``runs/<env.name>/``, and for a
+    gymnasium env ``runs/gym/<env.id>/`` (``/`` and ``:`` of the id as ``_``): the folder
+    names the env, as the run's lines do."""
+    if env.name == "gym":
+        return Path("runs") / "gym" / re.sub(r"[/:\\]", "_", str(env.id))
+    return Path("runs") / env.name
+
+
 def resolved_logdir(cfg: DictConfig) -> Path:
     """``run.logdir`` if set (with ``run.resume=latest``: one holding a checkpoint), else
-    with ``run.resume=latest`` the newest unfinished run under ``runs/<env.name>/``, else
-    a new ``runs/<env.name>/<YYYYmmdd-HHMMSS>``."""
+    with ``run.resume=latest`` the newest unfinished run of this env (``runs_folder``),
+    else a new ``<runs_folder>/<YYYYmmdd-HHMMSS>``."""
     from dreamer.runtime import checkpoint
 
     if cfg.run.logdir:
@@ -620,9 +630,9 @@ def resolved_logdir(cfg: DictConfig) -> Path:
                 "never (a new run there), or run.logdir=<a run directory with checkpoints>"
             )
         return logdir
-    runs = Path("runs") / cfg.env.name
+    runs = runs_folder(cfg.env)
     if cfg.run.resume == "latest":
-        found = latest_unfinished(runs, cfg.run.steps)
+        found = latest_unfinished(run_folders(cfg.env), cfg.run.steps)
         if found is None:
             raise ConfigError(
                 f"run.resume=latest: no run under {runs}/ has a checkpoint short of "
@@ -632,13 +642,25 @@ def resolved_logdir(cfg: DictConfig) -> Path:
     return runs / time.strftime("%Y%m%d-%H%M%S")
 
 
-def latest_unfinished(runs: Path, steps: int) -> Path | None:
-    """The newest run directory under ``runs`` whose latest checkpoint (its name holds
-    its env step) is short of ``steps``."""
+def run_folders(env) -> list[Path]:
+    """The run directories of this env: those in its ``runs_folder``, and for a gym env
+    those a run before 2026-12-06 wrote to ``runs/gym/<YYYYmmdd-HHMMSS>/`` with this id
+    (its ``config.yaml`` says which)."""
+    folders = [p for p in runs_folder(env).glob("*") if p.is_dir()]
+    if env.name == "gym":
+        for folder in Path("runs/gym").glob("*"):
+            saved = folder / "config.yaml"
+            if saved.is_file() and OmegaConf.load(saved).get("env", {}).get("id") == env.id:
+                folders.append(folder)
+    return folders
+
+
+def latest_unfinished(folders: list[Path], steps: int) -> Path | None:
+    """The newest of the run directories ``folders`` whose latest checkpoint (its name
+    holds its env step) is short of ``steps``."""
     from dreamer.runtime import checkpoint
 
-    folders = sorted((p for p in runs.glob("*") if p.is_dir()), key=lambda p: p.name)
-    for folder in reversed(folders):  # <YYYYmmdd-HHMMSS>: the name orders them
+    for folder in sorted(folders, key=lambda p: p.name, reverse=True):  # <YYYYmmdd-HHMMSS>
         saved = checkpoint.saved_steps(folder)
         if saved and saved[-1] < steps:
             return folder

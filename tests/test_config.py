@@ -135,6 +135,31 @@ def test_derived_logdir():
     assert load(["run.logdir=/tmp/somewhere"]).run.logdir == "/tmp/somewhere"
 
 
+def test_a_gym_runs_folder_names_its_env_and_resume_reads_the_old_layout(tmp_path, monkeypatch):
+    """env=gym writes to runs/gym/<env.id>/ (all of them went to runs/gym/); resume=latest
+    finds this id's unfinished runs there and in the old runs/gym/<ts>/ (by config.yaml),
+    never another id's."""
+    monkeypatch.chdir(tmp_path)
+    cfg = load(["env=gym", "env.id=tests.faulty_env:Faulty-v0"])
+    assert re.fullmatch(r"runs/gym/tests\.faulty_env_Faulty-v0/\d{8}-\d{6}", cfg.run.logdir)
+
+    def run(folder: str, env_id: str, step: int) -> Path:
+        path = tmp_path / "runs" / "gym" / folder
+        (path / "checkpoints").mkdir(parents=True)
+        (path / "checkpoints" / f"checkpoint-{step:012d}.pt").write_bytes(b"")
+        OmegaConf.save({"env": {"name": "gym", "id": env_id}}, path / "config.yaml")
+        return path
+
+    resume = ["env=gym", "env.id=Pendulum-v1", "run.resume=latest", "run.steps=1000"]
+    old = run("20260101-000000", "Pendulum-v1", 100)
+    run("20260102-000000", "Acrobot-v1", 100)  # newer, another id's
+    assert Path(load(resume).run.logdir).resolve() == old.resolve()
+    new = run("Pendulum-v1/20260103-000000", "Pendulum-v1", 200)
+    assert Path(load(resume).run.logdir).resolve() == new.resolve()
+    with pytest.raises(ConfigError, match="no run under runs/gym/Acrobot-v1/"):
+        load(["env=gym", "env.id=Acrobot-v1", "run.resume=latest", "run.steps=100"])
+
+
 def test_minedojo_preset(monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).parent / "standins"))  # an importable minedojo
     env = OmegaConf.to_container(load(["env=minedojo"]).env)

@@ -253,6 +253,26 @@ def test_resume_latest_continues_the_newest_unfinished_run_without_its_path(tmp_
 
 
 @pytest.mark.slow
+def test_a_gym_run_writes_under_its_id_and_make_resume_finds_it(tmp_path):
+    """A gymnasium run names its env in its folder, runs/gym/<id>/<ts>/ (it was
+    runs/gym/<ts>/ and its lines said "gym"), and run.resume=latest continues it there."""
+    pendulum = ("experiment=smoke", "env=gym", "env.id=Pendulum-v1", "eval.every=0")
+    pendulum += ("run.train_starts=200", "run.progress=false")
+    first = run_module("dreamer.train", *pendulum, "run.steps=300", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    (logdir,) = (tmp_path / "runs" / "gym" / "Pendulum-v1").iterdir()
+    assert "training tiny on Pendulum-v1" in first.stderr
+    assert f"logging to runs/gym/Pendulum-v1/{logdir.name}" in first.stderr
+    again = run_module(
+        "dreamer.train", *pendulum, "run.steps=400", "run.resume=latest", cwd=tmp_path
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resuming from" in again.stderr
+    assert read_metrics(logdir)[-1]["env_steps"] == 400
+    assert [p.name for p in (tmp_path / "runs" / "gym" / "Pendulum-v1").iterdir()] == [logdir.name]
+
+
+@pytest.mark.slow
 def test_a_metrics_row_comes_at_least_every_log_seconds(tmp_path):
     """``run.log_every`` far beyond the run: rows still come every ``run.log_seconds``
     of wall time (a CPU run's first row was ~78 minutes away), at new env steps only."""
