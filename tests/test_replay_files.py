@@ -15,6 +15,7 @@ from tensordict import TensorDict
 from torch.nn import functional
 
 from dreamer.data import replay as replay_module
+from dreamer.data import replay_files
 from dreamer.data.replay import SequenceReplay, action_heads, row_bytes
 from dreamer.errors import ConfigError
 from dreamer.outputs.logs import OutputError
@@ -291,20 +292,20 @@ def test_a_chunk_write_on_a_full_disk(tmp_path, monkeypatch):
         replay = make(tmp_path / storage, storage)
         fill(replay, 2, 0, 10)
         with monkeypatch.context() as patch:
-            patch.setattr(SequenceReplay, "_write", full_disk)
+            patch.setattr(replay_files, "write_file", full_disk)
             if storage == "disk":
                 with pytest.raises(OutputError, match="No space left on device") as error:
                     fill(replay, 2, 10, 20)
                 assert str(error.value).startswith("replay: ") and "\n" not in str(error.value)
                 continue
             fill(replay, 2, 10, 20)  # chunk 0 completes: its write fails, it is kept
-            assert replay.unsaved[0] == {0}
+            assert replay.files.unwritten[0] == {0}
             replay.before_checkpoint(100)
             with pytest.raises(checkpoint.CheckpointError, match="No space left") as error:
                 replay.state_dict()
             assert str(error.value).startswith("checkpoint at step 100 not written: replay:")
         state, digest = replay.state_dict(), replay.digest()  # room again
-        assert not replay.unsaved[0]
+        assert not replay.files.unwritten[0]
         restored = make(tmp_path / storage, storage)
         restored.load_state_dict(state)
         assert restored.digest() == digest

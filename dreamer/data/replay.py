@@ -14,184 +14,71 @@ fixed-size chunks (``CHUNK`` rows; a stream's whole capacity if that is less),
 addressed by absolute time (the stream's ``written`` count), allocated as the stream
 fills and dropped once the ring has passed them, so RAM and disk follow the fill.
 
-Persistence (with a ``directory``): a chunk, once complete, is written once,
-atomically (temporary file, fsync, rename), as ``stream<i>/chunk-<start>.pt``; a
-checkpoint writes only each stream's incomplete tail (``tail-<end>.pt``, under a chunk)
-and holds an index: the counters, the sampling generator and what each checkpoint on
-disk needs. A file is deleted once no kept checkpoint and no live window needs it:
-nothing is overwritten in place, so a resume from any kept checkpoint, after a kill -9
-anywhere, finds exactly its steps (the same digest, the same next sample).
-``storage="disk"`` reads completed chunks through a memory map of their files
-(resident memory stays flat); ``memory`` keeps them in RAM. Completed chunks are
-written as they complete in both (a save then writes tails only, under a chunk per
-stream, whatever the fill); a memory replay whose chunk write fails keeps it and
-retries at the next checkpoint (whose failure counts as a failed checkpoint write); a
-disk replay cannot keep it, and stops the run with one ``OutputError`` line.
-
-Compact: a one-hot action (MineDojo's several heads: one-hot each) is stored as one
-index per head (uint8 up to 256 choices) and decoded at sample to the dtype and shape
-it came in; images stay uint8; only ``replay_keys`` are stored, once.
-
-Checkpoint format 1 held torchrl storages (memory: their contents; disk: a ring of
-memory-mapped files and ``written.npy``); ``load_state_dict`` converts both.
+Persistence (with a ``directory``): completed chunks are written once as they complete,
+a checkpoint writes only each stream's tail and holds an index (``replay_files``: which
+file lives how long). ``storage="disk"`` reads completed chunks through a memory map of
+their files (resident memory stays flat); ``memory`` keeps them in RAM. A memory replay
+whose chunk write fails keeps it and retries at the next checkpoint (whose failure
+counts as a failed checkpoint write); a disk replay cannot keep it, and stops the run
+with one ``OutputError`` line. Without files (no folder, or a rank that does not
+checkpoint) a checkpoint holds the contents. What one stored row holds, compactly:
+``replay_rows``. Checkpoint format 1 held torchrl storages: ``replay_format1``
+converts both kinds.
 
 Test hooks (environment): ``DREAMER_REPLAY_DEBUG=1`` logs the digest and generator at
-every checkpoint and resume; ``DREAMER_REPLAY_WRITE_DELAY=<s>`` holds every replay file
-write that long before its fsync and rename (a window to kill it in).
+every checkpoint and resume; ``DREAMER_REPLAY_WRITE_DELAY=<s>``: ``replay_files``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hashlib
 import logging
 import os
-import re
 import shutil
-import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
-from torch.nn import functional
 
+from dreamer.data import replay_format1
+from dreamer.data.replay_files import (
+    Chunk,
+    ReplayFiles,
+    chunk_path,
+    read_file,
+    reads,
+    tail_path,
+    tail_rows,
+)
+from dreamer.data.replay_ram import SpareChunks, memory_limit, release_freed_memory
+from dreamer.data.replay_rows import (
+    ACTION,
+    ENV_INDEX,
+    Field,
+    action_heads,
+    random_batch,
+    replay_keys,
+    row_bytes,
+)
 from dreamer.errors import ConfigError
-from dreamer.outputs.logs import OutputError
 from dreamer.runtime.checkpoint import CheckpointError
-from dreamer.runtime.files import replacing
 
+__all__ = [
+    "ENV_INDEX",
+    "LAYOUT",
+    "SequenceReplay",
+    "action_heads",
+    "memory_limit",
+    "random_batch",
+    "replay_keys",
+    "row_bytes",
+]
 log = logging.getLogger("dreamer")
-ENV_INDEX = "env_index"
-ACTION = "action"
 CHUNK = 1024  # rows per chunk (Crafter: 12.6 MB)
 LAYOUT = 2  # of the replay's state: chunk files and an index (1: torchrl storages)
-CHUNK_FILE = re.compile(r"chunk-(\d+)\.pt")
-TAIL_FILE = re.compile(r"tail-(\d+)\.pt")
-LEGACY_CURSORS = "written.npy"  # a format-1 disk replay's cursors
 DEBUG = bool(os.environ.get("DREAMER_REPLAY_DEBUG"))  # test hooks: the module docstring
-WRITE_DELAY = float(os.environ.get("DREAMER_REPLAY_WRITE_DELAY") or 0)
-SPARE = 2  # RAM chunks kept for reuse
-
-
-def replay_keys(obs_names: list[str]) -> list:
-    """The entries one DreamerV3 update reads; nothing else is stored. No latent: the
-    world model starts every window from zeros (``ZeroStartRollout``)."""
-    return [
-        ACTION,
-        "is_init",
-        *[("next", name) for name in obs_names],
-        ("next", "reward"),
-        ("next", "done"),
-        ("next", "terminated"),
-    ]
-
-
-def action_heads(spaces) -> tuple[int, ...]:
-    """The one-hot heads of a discrete action layout (one for a flat one), else ()."""
-    if not spaces.discrete:
-        return ()
-    return tuple(head.size for head in spaces.action_heads) or (spaces.action_dim,)
-
-
-def row_bytes(spaces) -> int:
-    """About the bytes one stored transition takes (images uint8, vectors float32,
-    actions as indices or float32, is_init, reward, done, terminated)."""
-    obs = sum(key.size * (1 if key.kind == "image" else 4) for key in spaces.obs)
-    heads = action_heads(spaces)
-    action = len(heads) * _index_dtype(heads).itemsize if heads else spaces.action_dim * 4
-    return obs + action + 1 + 4 + 1 + 1
-
-
-def _index_dtype(heads: tuple[int, ...]) -> torch.dtype:
-    largest = max(heads)
-    return torch.uint8 if largest <= 256 else torch.int16 if largest <= 32768 else torch.int32
-
-
-def random_batch(spaces, batch: int, length: int, seed: int = 0) -> TensorDict:
-    """A [batch, length] sample of random data in the layout ``SequenceReplay.sample``
-    gives for ``spaces`` (keys, dtypes, shapes): for timing an update before any data
-    exists, and for learners whose envs cannot run here. ~5% of steps end an episode."""
-    g = torch.Generator().manual_seed(seed)
-    shape = (batch, length)
-    nxt = {}
-    for key in spaces.obs:
-        if key.kind == "image":
-            nxt[key.name] = torch.randint(0, 256, (*shape, *key.shape), generator=g).byte()
-        else:
-            nxt[key.name] = torch.randn(*shape, *key.shape, generator=g)
-    if heads := action_heads(spaces):
-        parts = [torch.randint(0, n, shape, generator=g) for n in heads]
-        action = torch.cat([functional.one_hot(p, n) for p, n in zip(parts, heads)], -1)
-    else:
-        action = torch.rand(*shape, spaces.action_dim, generator=g) * 2 - 1
-    done = torch.rand(*shape, 1, generator=g) < 0.05
-    nxt.update(
-        reward=torch.randn(*shape, 1, generator=g),
-        done=done,
-        terminated=done & (torch.rand(*shape, 1, generator=g) < 0.5),
-    )
-    is_init = torch.zeros(*shape, 1, dtype=torch.bool)
-    is_init[:, 0] = True
-    is_init[:, 1:] = done[:, :-1]
-    return TensorDict({ACTION: action, "is_init": is_init, "next": TensorDict(nxt, shape)}, shape)
-
-
-@dataclass(frozen=True)
-class Field:
-    """One stored entry: its key, and a row's dtype and shape as collected (and as
-    sampled). ``heads``: a one-hot action stored as one index per head."""
-
-    key: str | tuple[str, ...]
-    dtype: torch.dtype
-    shape: tuple[int, ...]
-    heads: tuple[int, ...] = ()
-
-    @property
-    def name(self) -> str:
-        return "/".join(self.key) if isinstance(self.key, tuple) else self.key
-
-    @property
-    def stored_dtype(self) -> torch.dtype:
-        return _index_dtype(self.heads) if self.heads else self.dtype
-
-    @property
-    def stored_shape(self) -> tuple[int, ...]:
-        return (len(self.heads),) if self.heads else self.shape
-
-    @property
-    def row_bytes(self) -> int:
-        return int(np.prod(self.stored_shape, dtype=np.int64)) * self.stored_dtype.itemsize
-
-    def encode(self, values: torch.Tensor) -> torch.Tensor:
-        if not self.heads:
-            return values
-        parts = values.split(self.heads, -1)
-        stored = torch.stack([part.argmax(-1) for part in parts], -1).to(self.stored_dtype)
-        if not torch.equal(self.decode(stored), values.to(self.dtype)):
-            raise ValueError(
-                f"replay: {self.name} is not one-hot in each of its heads {list(self.heads)}"
-            )
-        return stored
-
-    def decode(self, stored: torch.Tensor) -> torch.Tensor:
-        if not self.heads:
-            return stored
-        hot = [functional.one_hot(stored[..., i].long(), n) for i, n in enumerate(self.heads)]
-        return torch.cat(hot, -1).to(self.dtype)
-
-    def to_state(self) -> dict:
-        key = list(self.key) if isinstance(self.key, tuple) else [self.key]
-        dtype = str(self.dtype).removeprefix("torch.")
-        return {"key": key, "dtype": dtype, "shape": list(self.shape), "heads": list(self.heads)}
-
-    @classmethod
-    def from_state(cls, state: dict) -> Field:
-        key = tuple(state["key"]) if len(state["key"]) > 1 else state["key"][0]
-        dtype = getattr(torch, state["dtype"])
-        return cls(key, dtype, tuple(state["shape"]), tuple(state["heads"]))
 
 
 class SequenceReplay:
@@ -253,9 +140,13 @@ class SequenceReplay:
         if self.disk and directory is None:
             raise ValueError("a disk replay needs a directory")
         self.directory = Path(directory) if directory is not None else None
-        # files: chunks are written (to be checkpointed, or mapped); readonly: never
-        self.writes = self.directory is not None and (persist or self.disk) and not readonly
         self.readonly = readonly
+        # files: chunks are written (to be checkpointed, or mapped); readonly: never
+        self.files: ReplayFiles | None = None
+        if self.directory is not None and (persist or self.disk) and not readonly:
+            self.files = ReplayFiles(
+                self.directory, streams, self.per_stream, self.chunk, self.disk
+            )
         # written[i]: transitions ever written to stream i (its write cursor in time)
         self.written = torch.zeros(streams, dtype=torch.long)
         # floor[i]: the oldest step of stream i still intact (only a converted format-1
@@ -263,18 +154,8 @@ class SequenceReplay:
         self.floor = torch.zeros(streams, dtype=torch.long)
         self.generator = torch.Generator().manual_seed(seed)
         self.fields: list[Field] | None = None  # learned from the first write, or loaded
-        self.chunks: list[dict[int, dict[str, torch.Tensor]]] = [{} for _ in range(streams)]
-        self.unsaved: list[set[int]] = [set() for _ in range(streams)]  # failed writes
-        self.tails: list[set[int]] = [set() for _ in range(streams)]  # tail files written
-        # the checkpoints on disk (env step -> written, floor) and the one being saved
-        self.kept: dict[int, dict] = {}
-        self.pending: tuple[int, dict] | None = None
-        self.saving: int = -1  # the env step of the checkpoint being saved
-        self.started = False  # written to or loaded: files of an earlier start are gone
-        self.legacy_files = False  # a converted format-1 disk replay's ring is still kept
-        self.legacy_before: int | None = None  # the first checkpoint of the new layout
-        self.warned = False
-        self.spare: list[dict[str, torch.Tensor]] = []  # RAM chunks to reuse
+        self.chunks: list[dict[int, Chunk]] = [{} for _ in range(streams)]
+        self.spare = SpareChunks()
 
     # ------------------------------------------------------------------ sizes, room
 
@@ -302,7 +183,7 @@ class SequenceReplay:
         ram = memory_limit()
         where = "in memory-mapped files" if self.disk else "in RAM"
         free = None
-        if self.writes:
+        if self.files is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
             free = shutil.disk_usage(self.directory).free + _bytes_under(self.directory)
         on_disk = f", {_gb(free)} free for it under {self.directory}" if free is not None else ""
@@ -311,7 +192,7 @@ class SequenceReplay:
             f"{rows:,}",
             f"{per_row:,}",
             _gb(need),
-            where + (" and as files" if self.writes and not self.disk else ""),
+            where + (" and as files" if self.files is not None and not self.disk else ""),
             _gb(ram),
             on_disk,
         )
@@ -340,14 +221,21 @@ class SequenceReplay:
         """Append a batch of transitions routed by their ``env_index`` entry."""
         data = data.reshape(-1)
         env_index = data.get(ENV_INDEX).reshape(-1)
-        if not self.started:
-            self._start_fresh()
-        if self.fields is None:
-            self.fields = self._learn(data)
-        values = {field.name: field.encode(data.get(field.key)) for field in self.fields}
+        if self.files is not None and not self.files.claimed:
+            self.files.start_fresh()
+        values = self._encoded(data)
         for stream in env_index.unique().tolist():
             mine = env_index == stream
             self._append(stream, {name: value[mine] for name, value in values.items()})
+
+    def append_stream(self, stream: int, rows: TensorDictBase) -> None:
+        """Append consecutive transitions of one stream (a converted replay's)."""
+        self._append(stream, self._encoded(rows))
+
+    def _encoded(self, data: TensorDictBase) -> Chunk:
+        if self.fields is None:
+            self.fields = self._learn(data)
+        return {field.name: field.encode(data.get(field.key)) for field in self.fields}
 
     def _learn(self, data: TensorDictBase) -> list[Field]:
         fields = []
@@ -362,7 +250,7 @@ class SequenceReplay:
             fields.append(field)
         return fields
 
-    def _append(self, stream: int, rows: dict[str, torch.Tensor]) -> None:
+    def _append(self, stream: int, rows: Chunk) -> None:
         count = next(iter(rows.values())).shape[0]
         start = int(self.written[stream])
         end = start + count
@@ -372,7 +260,7 @@ class SequenceReplay:
         while at < end:
             first = at - at % chunk
             if first not in self.chunks[stream]:
-                self.chunks[stream][first] = self._new_chunk()
+                self.chunks[stream][first] = self.spare.new(self.fields, chunk)
             target = self.chunks[stream][first]
             take = min(end, first + chunk) - at
             for name, value in rows.items():
@@ -385,99 +273,31 @@ class SequenceReplay:
             self._completed(stream, first)
         self._evict(stream)
 
-    def _new_chunk(self) -> dict[str, torch.Tensor]:
-        if self.spare:  # a chunk's buffers nothing reads any more, zeroed
-            chunk = self.spare.pop()
-            for tensor in chunk.values():
-                tensor.zero_()
-            return chunk
-        return {
-            field.name: torch.zeros((self.chunk, *field.stored_shape), dtype=field.stored_dtype)
-            for field in self.fields
-        }
-
-    def _recycle(self, chunk: dict[str, torch.Tensor]) -> None:
-        """Keep a chunk's RAM for the next one: freed and allocated again, chunk after
-        chunk, the allocator's heap would fragment and hold on to what it freed (a
-        disk replay's resident memory grew by half the data that way)."""
-        if len(self.spare) < SPARE:
-            self.spare.append(chunk)
-
-    def _stream_dir(self, stream: int) -> Path:
-        return self.directory / f"stream{stream}"
-
-    def _chunk_path(self, stream: int, first: int) -> Path:
-        return self._stream_dir(stream) / f"chunk-{first:012d}.pt"
-
-    def _tail_path(self, stream: int, end: int) -> Path:
-        return self._stream_dir(stream) / f"tail-{end:012d}.pt"
-
     def _completed(self, stream: int, first: int) -> None:
-        """A chunk just filled: written once, now (a disk replay then maps it)."""
-        if not self.writes:
+        """A chunk just filled: its file written (a disk replay then maps it)."""
+        if self.files is None:
             return
-        path = self._chunk_path(stream, first)
-        try:
-            self._write(path, first, self.chunks[stream][first])
-        except OSError as error:
-            message = self._write_error(path, error)
-            if self.disk:
-                raise OutputError(message) from None
-            path.unlink(missing_ok=True)  # a file of an earlier start, not of these steps
-            self.unsaved[stream].add(first)
-            if not self.warned:
-                self.warned = True
-                log.warning("%s; kept in memory, written with the next checkpoint", message)
-            return
+        chunk = self.chunks[stream][first]
+        if not self.files.completed(stream, first, chunk):
+            return  # unwritten: kept in RAM
         if self.disk:
-            self._recycle(self.chunks[stream][first])
+            self.spare.keep(chunk)
+            path = chunk_path(self.directory, stream, first)
             self.chunks[stream][first] = self._read(path, first, mapped=True)
         release_freed_memory()  # once a chunk: what the chunk's writes freed
 
-    def _write(self, path: Path, first: int, data: dict[str, torch.Tensor]) -> None:
-        """One replay file, whole or not at all; ``OSError`` (ENOSPC) when it fails."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with replacing(path) as handle:
-            try:  # straight to the file: no copy of the chunk in between
-                torch.save({"first": first, "data": data}, handle)
-            except RuntimeError as error:  # torch's writer wraps the file's OSError
-                if isinstance(error.__context__, OSError):
-                    raise error.__context__ from None
-                raise
-            if WRITE_DELAY:
-                time.sleep(WRITE_DELAY)
-
-    def _write_error(self, path: Path, error: OSError) -> str:
-        with contextlib.suppress(OSError):
-            free = shutil.disk_usage(path.parent).free
-            return f"replay: {path}: {error.strerror or error} ({free:,} bytes free)"
-        return f"replay: {path}: {error.strerror or error}"
-
     def _evict(self, stream: int) -> None:
-        """Drop the chunks the ring has passed; their files go too unless a kept
-        checkpoint still needs them (``after_checkpoint`` removes those later)."""
+        """Drop the chunks the ring has passed (and their files: ``ReplayFiles.evicted``)."""
         oldest = int(self._oldest()[stream])
         passed = [first for first in self.chunks[stream] if first + self.chunk <= oldest]
         if not passed:
             return
-        needed = self._needed(stream, live=False)[0] if self.writes else set()
         for first in passed:
             chunk = self.chunks[stream].pop(first)
-            if self.writes and not self.disk:  # (a state without files holds chunks)
-                self._recycle(chunk)
-            self.unsaved[stream].discard(first)
-            if self.writes and first not in needed:
-                self._chunk_path(stream, first).unlink(missing_ok=True)
-
-    def _start_fresh(self) -> None:
-        """The first write of a run that resumed nothing: what an earlier start left in
-        the folder (a run killed before its first checkpoint) goes."""
-        self.started = True
-        if not self.writes:
-            return
-        for stream in range(self.streams):
-            shutil.rmtree(self._stream_dir(stream), ignore_errors=True)
-        (self.directory / LEGACY_CURSORS).unlink(missing_ok=True)
+            if self.files is not None and not self.disk:  # a state without files holds chunks
+                self.spare.keep(chunk)
+        if self.files is not None:
+            self.files.evicted(stream, passed)
 
     # ------------------------------------------------------------------ sampling
 
@@ -506,7 +326,7 @@ class SequenceReplay:
             windows.set(field.key, value.reshape(self.batch, self.length, *field.shape))
         return windows
 
-    def _gather(self, streams: torch.Tensor, positions: torch.Tensor) -> dict[str, torch.Tensor]:
+    def _gather(self, streams: torch.Tensor, positions: torch.Tensor) -> Chunk:
         """The stored rows at absolute ``positions`` of ``streams`` (one each), in
         order: one indexing per (stream, chunk) pair they fall in."""
         count = positions.numel()
@@ -543,67 +363,29 @@ class SequenceReplay:
                     hasher.update(rows.contiguous().numpy().tobytes())
         return hasher.hexdigest()
 
+    def fingerprint(self) -> str:
+        """The digest, the generator's state and the counters, in one line (tests)."""
+        generator = hashlib.sha256(self.generator.get_state().numpy().tobytes()).hexdigest()
+        return (
+            f"digest {self.digest()} generator {generator[:16]} "
+            f"written {self.written.tolist()} floor {self.floor.tolist()}"
+        )
+
     # ------------------------------------------------------------------ checkpoints
 
     def _entry(self) -> dict:
         return {"written": self.written.clone(), "floor": self.floor.clone()}
 
-    def _needs(self, entry: dict, stream: int) -> tuple[range, int | None]:
-        """The chunk files (first rows) and the tail file (end) a checkpoint's state
-        of ``stream`` reads back."""
-        written, floor = int(entry["written"][stream]), int(entry["floor"][stream])
-        oldest = max(written - self.per_stream, floor, 0)
-        if oldest >= written:
-            return range(0), None
-        complete = written - written % self.chunk
-        tail = written if written % self.chunk else None
-        return range(oldest - oldest % self.chunk, complete, self.chunk), tail
-
-    def _needed(self, stream: int, live: bool = True) -> tuple[set[int], set[int]]:
-        """(chunk files, tail files) of ``stream`` that the kept checkpoints, the one
-        being saved and (``live``) the live window need."""
-        entries = [*self.kept.values(), *([self.pending[1]] if self.pending else [])]
-        chunks, tails = set(), set()
-        for entry in entries:
-            firsts, tail = self._needs(entry, stream)
-            chunks.update(firsts)
-            if tail is not None:
-                tails.add(tail)
-        if live:
-            chunks.update(self._needs(self._entry(), stream)[0])
-        return chunks, tails
-
     def before_checkpoint(self, step: int) -> None:
         """Called by ``checkpoint.Saver`` with the env step of the checkpoint it saves."""
-        self.saving = step
+        if self.files is not None:
+            self.files.before_checkpoint(step)
 
     def after_checkpoint(self, steps: list[int]) -> None:
         """Called by ``checkpoint.Saver`` once a checkpoint is written, with the env
         steps of the checkpoints now on disk: files none of them needs are deleted."""
-        if self.pending is not None:
-            step, entry = self.pending
-            self.pending = None
-            if step in steps:
-                self.kept[step] = entry
-                if self.legacy_files and self.legacy_before is None:
-                    self.legacy_before = step
-        self.kept = {step: entry for step, entry in self.kept.items() if step in steps}
-        if not self.writes:
-            return
-        if self.legacy_before is not None and all(s >= self.legacy_before for s in steps):
-            self._remove_legacy()
-        for stream in range(self.streams):
-            chunks, tails = self._needed(stream)
-            folder = self._stream_dir(stream)
-            for path in folder.iterdir() if folder.is_dir() else ():
-                name = path.name
-                if (found := CHUNK_FILE.fullmatch(name)) and int(found[1]) not in chunks:
-                    path.unlink(missing_ok=True)
-                elif (found := TAIL_FILE.fullmatch(name)) and int(found[1]) not in tails:
-                    path.unlink(missing_ok=True)
-                    self.tails[stream].discard(int(found[1]))
-                elif name.startswith(".") and name.endswith(".tmp"):  # a crash's leftover
-                    path.unlink(missing_ok=True)
+        if self.files is not None:
+            self.files.after_checkpoint(steps, live=self._entry())
 
     def state_dict(self) -> dict:
         state = {
@@ -615,62 +397,26 @@ class SequenceReplay:
             "chunk": self.chunk,
             "fields": [field.to_state() for field in self.fields] if self.fields else None,
         }
-        if not self.writes:  # no files: the contents travel in the state
+        if self.files is None:  # the contents travel in the state
             state["chunks"] = [self._inline(stream) for stream in range(self.streams)]
             return state
-        entry = self._entry()
-        for stream in range(self.streams):
-            self._flush(stream, entry)
-        self.pending = (self.saving, entry)
-        state |= {
-            "kept": {step: kept for step, kept in self.kept.items()} | {self.saving: entry},
-            "legacy_files": self.legacy_files,
-            "legacy_before": self.legacy_before,
-        }
+        state |= self.files.save(self._entry(), self.chunks)
         if DEBUG:
-            log.info("replay at checkpoint step %d: %s", self.saving, self.fingerprint())
+            step = self.files.checkpoints.saving
+            log.info("replay at checkpoint step %d: %s", step, self.fingerprint())
         return state
 
-    def _flush(self, stream: int, entry: dict) -> None:
-        """What the checkpoint of ``entry`` needs on disk and is not there yet: chunks
-        whose write failed before, and the stream's tail. A failure fails the
-        checkpoint (``CheckpointError``: retried, counted by ``run.save_failures``)."""
-        tail = self._needs(entry, stream)[1]
-        for first in sorted(self.unsaved[stream]):
-            path = self._chunk_path(stream, first)
-            try:
-                self._write(path, first, self.chunks[stream][first])
-            except OSError as error:
-                raise self._save_error(path, error) from None
-            self.unsaved[stream].discard(first)
-        if tail is None or tail in self.tails[stream]:
-            return
-        first = tail - tail % self.chunk
-        rows = tail - first
-        data = {name: value[:rows].clone() for name, value in self.chunks[stream][first].items()}
-        path = self._tail_path(stream, tail)
-        try:
-            self._write(path, first, data)
-        except OSError as error:
-            raise self._save_error(path, error) from None
-        self.tails[stream].add(tail)
-
-    def _save_error(self, path: Path, error: OSError) -> CheckpointError:
-        step = f" at step {self.saving}" if self.saving >= 0 else ""
-        return CheckpointError(f"checkpoint{step} not written: {self._write_error(path, error)}")
-
-    def _inline(self, stream: int) -> dict[int, dict[str, torch.Tensor]]:
-        firsts, tail = self._needs(self._entry(), stream)
+    def _inline(self, stream: int) -> dict[int, Chunk]:
+        firsts, tail = reads(self._entry(), stream, self.per_stream, self.chunk)
         chunks = {first: dict(self.chunks[stream][first]) for first in firsts}
         if tail is not None:
-            first = tail - tail % self.chunk
-            rows = tail - first
-            chunks[first] = {n: v[:rows].clone() for n, v in self.chunks[stream][first].items()}
+            first, rows = tail_rows(self.chunks[stream], tail, self.chunk)
+            chunks[first] = rows
         return chunks
 
     def load_state_dict(self, state: dict) -> None:
         if "layout" not in state:  # checkpoint format 1: torchrl storages
-            self._load_legacy(state)
+            replay_format1.convert(self, state)
         elif state["layout"] != LAYOUT:
             raise CheckpointError(f"replay: state layout {state['layout']}; this reads {LAYOUT}")
         else:
@@ -679,190 +425,53 @@ class SequenceReplay:
             log.info("replay restored: %s", self.fingerprint())
 
     def _load(self, state: dict) -> None:
-        self.started = True
         self.chunk = int(state["chunk"])
         self.written = state["written"].clone()
         self.floor = state["floor"].clone()
         self.generator.set_state(state["generator"])
         self.fields = [Field.from_state(field) for field in state["fields"] or ()] or None
         self.chunks = [{} for _ in range(self.streams)]
-        self.tails = [set() for _ in range(self.streams)]
-        self.unsaved = [set() for _ in range(self.streams)]
         if "chunks" in state:
             for stream, chunks in enumerate(state["chunks"]):
                 for first, data in chunks.items():
                     self.chunks[stream][first] = self._padded(data)
-            return
+        else:
+            self._read_files()
+        if self.files is not None:
+            self.files.loaded(state)
+
+    def _read_files(self) -> None:
+        """The chunk and tail files the state just loaded reads back."""
         if self.directory is None:
             raise CheckpointError("replay: this checkpoint's replay is in files; no folder given")
         entry = self._entry()
         for stream in range(self.streams):
-            firsts, tail = self._needs(entry, stream)
+            firsts, tail = reads(entry, stream, self.per_stream, self.chunk)
             for first in firsts:
-                path = self._chunk_path(stream, first)
+                path = chunk_path(self.directory, stream, first)
                 self.chunks[stream][first] = self._read(path, first, mapped=self.mapped)
             if tail is not None:
                 first = tail - tail % self.chunk
-                data = self._read(self._tail_path(stream, tail), first, mapped=False)
+                data = self._read(tail_path(self.directory, stream, tail), first, mapped=False)
                 self.chunks[stream][first] = self._padded(data)
-                self.tails[stream].add(tail)
-        self.kept = {int(step): kept for step, kept in state["kept"].items()}
-        self.pending = None
-        self.legacy_files = bool(state.get("legacy_files"))
-        self.legacy_before = state.get("legacy_before")
 
     @property
     def mapped(self) -> bool:
         """Completed chunks read through a memory map (else into RAM)."""
         return self.disk or self.readonly
 
-    def _padded(self, data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def _read(self, path: Path, first: int, mapped: bool) -> Chunk:
+        return read_file(path, first, self.fields, self.chunk, mapped)
+
+    def _padded(self, data: Chunk) -> Chunk:
         """A chunk of fewer rows (a tail) as a whole chunk the next writes go into."""
         rows = next(iter(data.values())).shape[0]
         if rows == self.chunk:
             return data
-        chunk = self._new_chunk()
+        chunk = self.spare.new(self.fields, self.chunk)
         for name, value in data.items():
             chunk[name][:rows] = value
         return chunk
-
-    def _read(self, path: Path, first: int, mapped: bool) -> dict[str, torch.Tensor]:
-        advice = (
-            "a resume reads the replay files its checkpoint names: keep the run "
-            "directory whole (or start a new run from its weights: run.from_checkpoint)"
-        )
-        if not path.is_file():
-            raise CheckpointError(f"{path}: missing; {advice}")
-        try:
-            content = torch.load(path, map_location="cpu", weights_only=True, mmap=mapped)
-            data = content["data"]
-            assert content["first"] == first
-            for field in self.fields:
-                value = data[field.name]
-                assert value.dtype == field.stored_dtype, field.name
-                assert tuple(value.shape[1:]) == field.stored_shape, field.name
-                assert 0 < value.shape[0] <= self.chunk
-        except Exception as error:  # torch.load raises many kinds on a cut file
-            detail = str(error).strip().splitlines()[0][:120] if str(error).strip() else ""
-            raise CheckpointError(
-                f"{path}: not a whole replay file ({detail or type(error).__name__}); {advice}"
-            ) from None
-        return data
-
-    def fingerprint(self) -> str:
-        """The digest, the generator's state and the counters, in one line (tests)."""
-        generator = hashlib.sha256(self.generator.get_state().numpy().tobytes()).hexdigest()
-        return (
-            f"digest {self.digest()} generator {generator[:16]} "
-            f"written {self.written.tolist()} floor {self.floor.tolist()}"
-        )
-
-    # ------------------------------------------------------------------ format 1
-
-    def _load_legacy(self, state: dict) -> None:
-        """A checkpoint-format-1 replay state: torchrl storages (``memory``: their
-        contents in the state; ``disk``: a ring of memory-mapped files under the folder
-        and ``written.npy``), converted into chunks, whose files are written here as
-        they complete. A disk ring is kept until no format-1 checkpoint is left."""
-        self.started = True
-        written = state["written"].clone()
-        self.floor = state["floor"].clone()
-        self.generator.set_state(state["generator"])
-        if state.get("storage") == "disk":
-            sources = self._legacy_ring(written)
-            self.legacy_files = self.writes
-        else:
-            from torchrl.data import LazyTensorStorage
-
-            sources = []
-            for saved in state["streams"]:
-                storage = None
-                if saved is not None:
-                    storage = LazyTensorStorage(self.per_stream)
-                    storage.load_state_dict(saved)
-                sources.append(storage)
-        self.written = torch.zeros_like(written)
-        for stream, source in enumerate(sources):
-            end = int(written[stream])
-            oldest = max(end - self.per_stream, int(self.floor[stream]), 0)
-            self.written[stream] = at = oldest
-            while at < end:  # a chunk at a time
-                last = min(at - at % self.chunk + self.chunk, end)
-                slots = torch.arange(at, last) % self.per_stream
-                rows = source[slots] if isinstance(source, TensorDictBase) else source.get(slots)
-                if self.fields is None:
-                    self.fields = self._learn(rows)
-                values = {field.name: field.encode(rows.get(field.key)) for field in self.fields}
-                self._append(stream, values)
-                at = last
-        log.info(
-            "replay: converted a checkpoint-format-1 replay (%d transitions) to chunks", len(self)
-        )
-
-    def _legacy_ring(self, written: torch.Tensor) -> list:
-        cursors = self.directory / LEGACY_CURSORS if self.directory else None
-        if cursors is None or not cursors.is_file():
-            raise CheckpointError(
-                f"{cursors or 'replay'}: missing: this checkpoint (format 1, "
-                "replay.storage=disk) reads its replay from that run directory's "
-                "memory-mapped files; resume it in its own run directory, or start a new "
-                "run from its weights (run.from_checkpoint)"
-            )
-        on_disk = torch.from_numpy(np.load(cursors).astype(np.int64))
-        # steps written after the checkpoint overwrote the oldest ones of full streams
-        self.floor = torch.maximum(self.floor, on_disk - self.per_stream)
-        sources = []
-        for stream in range(self.streams):
-            if int(written[stream]) == 0:
-                sources.append(None)
-                continue
-            try:
-                sources.append(TensorDict.load_memmap(self._stream_dir(stream)))
-            except Exception as error:
-                raise CheckpointError(
-                    f"{self._stream_dir(stream)}: not a readable format-1 replay ({error})"
-                ) from None
-        return sources
-
-    def _remove_legacy(self) -> None:
-        """The format-1 ring, once no checkpoint on disk reads it."""
-        self.legacy_files, self.legacy_before = False, None
-        (self.directory / LEGACY_CURSORS).unlink(missing_ok=True)
-        for stream in range(self.streams):
-            folder = self._stream_dir(stream)
-            for path in folder.iterdir() if folder.is_dir() else ():
-                if path.is_dir():
-                    shutil.rmtree(path, ignore_errors=True)
-                elif not (CHUNK_FILE.fullmatch(path.name) or TAIL_FILE.fullmatch(path.name)):
-                    path.unlink(missing_ok=True)
-        log.info("replay: removed the format-1 replay files (no checkpoint reads them now)")
-
-
-def memory_limit() -> int:
-    """This machine's RAM, or the cgroup's limit where that is lower."""
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        with contextlib.suppress(OSError, ValueError):
-            total = min(total, int(Path(limit).read_text().strip()))  # "max": no limit
-    return total
-
-
-def release_freed_memory() -> None:
-    """Give the heap's free pages back to the OS (glibc's ``malloc_trim``). Chunk-sized
-    blocks freed between long-lived ones stay in glibc's heap, counted as resident: a
-    disk replay's resident memory grew with the data that way (by ~1 GB per 100k 64x64
-    frames in ``tests/test_replay_memory.py``), although nothing held them."""
-    global _TRIM
-    if _TRIM is None:
-        try:
-            _TRIM = ctypes.CDLL("libc.so.6").malloc_trim
-        except (OSError, AttributeError):  # not glibc
-            _TRIM = False
-    if _TRIM:
-        _TRIM(0)
-
-
-_TRIM = None
 
 
 def _bytes_under(folder: Path) -> int:

@@ -1,0 +1,325 @@
+"""A replay's files (``replay.directory``): what is on disk and how long each file lives.
+
+A stream's chunk, once complete, is written once, atomically (temporary file, fsync,
+rename), as ``stream<i>/chunk-<first>.pt``; a checkpoint writes each stream's
+incomplete tail (``tail-<end>.pt``, under a chunk) and holds an index: the counters of
+each checkpoint on disk, from which the files it reads back follow (``reads``). Nothing
+is overwritten in place and a file is deleted once no kept checkpoint and no live window
+reads it, so a resume from any kept checkpoint, after a kill -9 anywhere, finds exactly
+its steps.
+
+A complete chunk's file, state by state (the folder records the written and retained
+ones, ``ReplayFiles.unwritten`` the others; ``ReplayFiles``' methods are the
+transitions, called by ``SequenceReplay``):
+
+  written     the file whole; the chunk in RAM (a disk replay's: a map of the file)
+                -> ``evicted`` (the ring passed it): retained if a checkpoint kept or
+                   being saved reads it, else deleted
+  unwritten   its write failed: the chunk in RAM only, a memory
+              replay's; a disk replay cannot map it and stops the run instead (one
+              ``OutputError`` line)
+                -> ``save`` (the next checkpoint): written, or that checkpoint fails
+                -> ``evicted``: dropped, no file
+  retained    out of RAM, the file kept for the checkpoints that read it
+                -> ``after_checkpoint``: deleted once none of those is kept
+
+A tail file (``tails``) is written by ``save`` and deleted by ``after_checkpoint`` once
+no kept checkpoint reads it. A checkpoint's index entry (``Checkpoints``) goes
+``before_checkpoint`` (its step) -> ``save`` (its counters: pending) ->
+``after_checkpoint`` (kept while its checkpoint is on disk, then dropped).
+
+Test hook: ``DREAMER_REPLAY_WRITE_DELAY=<s>`` holds every replay file write that long
+before its fsync and rename (a window to kill it in).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import torch
+
+from dreamer.outputs.logs import OutputError
+from dreamer.runtime.checkpoint import CheckpointError
+from dreamer.runtime.files import replacing
+
+log = logging.getLogger("dreamer")
+CHUNK_FILE = re.compile(r"chunk-(\d+)\.pt")
+TAIL_FILE = re.compile(r"tail-(\d+)\.pt")
+FORMAT1_CURSORS = "written.npy"  # a format-1 disk replay's cursors (``replay_format1``)
+WRITE_DELAY = float(os.environ.get("DREAMER_REPLAY_WRITE_DELAY") or 0)
+
+Chunk = dict[str, torch.Tensor]  # a chunk's rows, by field name
+
+
+def stream_dir(directory: Path, stream: int) -> Path:
+    return directory / f"stream{stream}"
+
+
+def chunk_path(directory: Path, stream: int, first: int) -> Path:
+    return stream_dir(directory, stream) / f"chunk-{first:012d}.pt"
+
+
+def tail_path(directory: Path, stream: int, end: int) -> Path:
+    return stream_dir(directory, stream) / f"tail-{end:012d}.pt"
+
+
+def reads(entry: dict, stream: int, per_stream: int, chunk: int) -> tuple[range, int | None]:
+    """The chunk files (first rows) and the tail file (end) that ``stream`` of a
+    checkpoint's ``entry`` (its counters ``written`` and ``floor``) reads back."""
+    written, floor = int(entry["written"][stream]), int(entry["floor"][stream])
+    oldest = max(written - per_stream, floor, 0)
+    if oldest >= written:
+        return range(0), None
+    complete = written - written % chunk
+    tail = written if written % chunk else None
+    return range(oldest - oldest % chunk, complete, chunk), tail
+
+
+def tail_rows(chunks: dict[int, Chunk], end: int, chunk: int) -> tuple[int, Chunk]:
+    """The first row of the incomplete chunk that ends at ``end``, and a copy of its rows."""
+    first = end - end % chunk
+    return first, {name: value[: end - first].clone() for name, value in chunks[first].items()}
+
+
+def write_file(path: Path, first: int, data: Chunk) -> None:
+    """One replay file, whole or not at all; ``OSError`` (ENOSPC) when it fails."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with replacing(path) as handle:
+        try:  # straight to the file: no copy of the chunk in between
+            torch.save({"first": first, "data": data}, handle)
+        except RuntimeError as error:  # torch's writer wraps the file's OSError
+            if isinstance(error.__context__, OSError):
+                raise error.__context__ from None
+            raise
+        if WRITE_DELAY:
+            time.sleep(WRITE_DELAY)
+
+
+def write_error(path: Path, error: OSError) -> str:
+    with contextlib.suppress(OSError):
+        free = shutil.disk_usage(path.parent).free
+        return f"replay: {path}: {error.strerror or error} ({free:,} bytes free)"
+    return f"replay: {path}: {error.strerror or error}"
+
+
+def read_file(path: Path, first: int, fields: list, chunk: int, mapped: bool) -> Chunk:
+    """A replay file's rows, checked against ``fields``; ``mapped``: through a memory map
+    of the file (else read into RAM). A missing or cut file: one ``CheckpointError``."""
+    advice = (
+        "a resume reads the replay files its checkpoint names: keep the run "
+        "directory whole (or start a new run from its weights: run.from_checkpoint)"
+    )
+    if not path.is_file():
+        raise CheckpointError(f"{path}: missing; {advice}")
+    try:
+        content = torch.load(path, map_location="cpu", weights_only=True, mmap=mapped)
+        data = content["data"]
+        assert content["first"] == first
+        for field in fields:
+            value = data[field.name]
+            assert value.dtype == field.stored_dtype, field.name
+            assert tuple(value.shape[1:]) == field.stored_shape, field.name
+            assert 0 < value.shape[0] <= chunk
+    except Exception as error:  # torch.load raises many kinds on a cut file
+        detail = str(error).strip().splitlines()[0][:120] if str(error).strip() else ""
+        raise CheckpointError(
+            f"{path}: not a whole replay file ({detail or type(error).__name__}); {advice}"
+        ) from None
+    return data
+
+
+class Checkpoints:
+    """The checkpoints whose files the replay keeps, each as the counters it was saved
+    with (``{"written", "floor"}``) by env step: ``kept`` (on disk), ``pending`` (saved,
+    its write not over yet) and the step of the one being saved."""
+
+    def __init__(self, kept: dict[int, dict] | None = None):
+        self.kept: dict[int, dict] = kept or {}
+        self.pending: tuple[int, dict] | None = None
+        self.saving = -1
+
+    def entries(self) -> list[dict]:
+        return [*self.kept.values(), *([self.pending[1]] if self.pending else [])]
+
+    def settle(self, steps: list[int]) -> int | None:
+        """A checkpoint write is over and ``steps`` are on disk: those are kept. Returns
+        the step of the checkpoint just saved if it is one of them."""
+        saved = None
+        if self.pending is not None:
+            (step, entry), self.pending = self.pending, None
+            if step in steps:
+                self.kept[step], saved = entry, step
+        self.kept = {step: entry for step, entry in self.kept.items() if step in steps}
+        return saved
+
+
+class ReplayFiles:
+    """The files of a replay that writes them: where each chunk's file stands (the
+    module docstring) and the transitions, called by ``SequenceReplay``."""
+
+    def __init__(self, directory: Path, streams: int, per_stream: int, chunk: int, disk: bool):
+        self.directory, self.streams = directory, streams
+        self.per_stream, self.chunk = per_stream, chunk
+        self.disk = disk  # its written chunks are read through maps: none stays unwritten
+        self.unwritten: list[set[int]] = [set() for _ in range(streams)]  # first rows
+        self.tails: list[set[int]] = [set() for _ in range(streams)]  # ends on disk
+        self.checkpoints = Checkpoints()
+        # the folder holds only this run's files: its checkpoint's, or none (an earlier
+        # start's are removed at the first write)
+        self.claimed = False
+        # a converted format-1 disk replay's ring is kept until every kept checkpoint is
+        # at or after ``format1_until``, the first one kept in this layout
+        self.format1_ring = False
+        self.format1_until: int | None = None
+        self.warned = False
+
+    # ------------------------------------------------------------------ a run's start
+
+    def start_fresh(self) -> None:
+        """The first write of a run that resumed nothing: what an earlier start left in
+        the folder (a run killed before its first checkpoint) goes."""
+        self.claimed = True
+        for stream in range(self.streams):
+            shutil.rmtree(stream_dir(self.directory, stream), ignore_errors=True)
+        (self.directory / FORMAT1_CURSORS).unlink(missing_ok=True)
+
+    def loaded(self, state: dict) -> None:
+        """A checkpoint's replay was read: its tails are on disk and its index is ours
+        (none where its contents travelled in the state)."""
+        self.claimed = True
+        self.chunk = int(state["chunk"])
+        self.unwritten = [set() for _ in range(self.streams)]
+        self.tails = [set() for _ in range(self.streams)]
+        if "kept" not in state:
+            return
+        for stream in range(self.streams):
+            tail = reads(state, stream, self.per_stream, self.chunk)[1]
+            if tail is not None:
+                self.tails[stream].add(tail)
+        self.checkpoints = Checkpoints({int(step): kept for step, kept in state["kept"].items()})
+        self.format1_ring = bool(state.get("legacy_files"))
+        self.format1_until = state.get("legacy_before")
+
+    def converted(self, ring: bool) -> None:
+        """A format-1 replay was converted (its chunks are written as they complete);
+        ``ring``: its disk ring, kept while a format-1 checkpoint is."""
+        self.claimed = True
+        self.format1_ring = ring
+
+    # ------------------------------------------------------------------ as chunks fill
+
+    def completed(self, stream: int, first: int, data: Chunk) -> bool:
+        """A chunk just filled: written, once, now. False where the write failed and a
+        memory replay keeps it unwritten (the next checkpoint writes it)."""
+        path = chunk_path(self.directory, stream, first)
+        try:
+            write_file(path, first, data)
+        except OSError as error:
+            message = write_error(path, error)
+            if self.disk:
+                raise OutputError(message) from None
+            path.unlink(missing_ok=True)  # a file of an earlier start, not of these steps
+            self.unwritten[stream].add(first)
+            if not self.warned:
+                self.warned = True
+                log.warning("%s; kept in memory, written with the next checkpoint", message)
+            return False
+        return True
+
+    def evicted(self, stream: int, firsts: list[int]) -> None:
+        """Chunks the ring has passed, out of RAM: their files go unless a kept
+        checkpoint still reads them (``after_checkpoint`` removes those later)."""
+        needed = self._needed(stream)[0]
+        for first in firsts:
+            self.unwritten[stream].discard(first)
+            if first not in needed:
+                chunk_path(self.directory, stream, first).unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def before_checkpoint(self, step: int) -> None:
+        self.checkpoints.saving = step
+
+    def save(self, entry: dict, chunks: list[dict[int, Chunk]]) -> dict:
+        """What the checkpoint of ``entry`` (the replay's counters) reads and is not on
+        disk yet, written: chunks whose write failed before, and each stream's tail. A
+        failure fails the checkpoint (``CheckpointError``: retried, counted by
+        ``run.save_failures``). Returns the index its state holds."""
+        for stream in range(self.streams):
+            for first in sorted(self.unwritten[stream]):
+                path = chunk_path(self.directory, stream, first)
+                self._write_for_checkpoint(path, first, chunks[stream][first])
+                self.unwritten[stream].discard(first)
+            tail = reads(entry, stream, self.per_stream, self.chunk)[1]
+            if tail is not None and tail not in self.tails[stream]:
+                first, data = tail_rows(chunks[stream], tail, self.chunk)
+                self._write_for_checkpoint(tail_path(self.directory, stream, tail), first, data)
+                self.tails[stream].add(tail)
+        self.checkpoints.pending = (self.checkpoints.saving, entry)
+        return {
+            "kept": dict(self.checkpoints.kept) | {self.checkpoints.saving: entry},
+            "legacy_files": self.format1_ring,
+            "legacy_before": self.format1_until,
+        }
+
+    def _write_for_checkpoint(self, path: Path, first: int, data: Chunk) -> None:
+        try:
+            write_file(path, first, data)
+        except OSError as error:
+            saving = self.checkpoints.saving
+            step = f" at step {saving}" if saving >= 0 else ""
+            message = f"checkpoint{step} not written: {write_error(path, error)}"
+            raise CheckpointError(message) from None
+
+    def after_checkpoint(self, steps: list[int], live: dict) -> None:
+        """A checkpoint was written; ``steps``: the checkpoints now on disk, ``live``:
+        the replay's counters. Files none of them reads are deleted."""
+        saved = self.checkpoints.settle(steps)
+        if self.format1_ring and self.format1_until is None:
+            self.format1_until = saved
+        if self.format1_until is not None and all(s >= self.format1_until for s in steps):
+            self._remove_format1_ring()
+        for stream in range(self.streams):
+            chunks, tails = self._needed(stream, live)
+            folder = stream_dir(self.directory, stream)
+            for path in folder.iterdir() if folder.is_dir() else ():
+                name = path.name
+                if (found := CHUNK_FILE.fullmatch(name)) and int(found[1]) not in chunks:
+                    path.unlink(missing_ok=True)
+                elif (found := TAIL_FILE.fullmatch(name)) and int(found[1]) not in tails:
+                    path.unlink(missing_ok=True)
+                    self.tails[stream].discard(int(found[1]))
+                elif name.startswith(".") and name.endswith(".tmp"):  # a crash's leftover
+                    path.unlink(missing_ok=True)
+
+    def _needed(self, stream: int, live: dict | None = None) -> tuple[set[int], set[int]]:
+        """(chunk files, tail files) of ``stream`` that the kept checkpoints, the one
+        being saved and ``live`` (the replay's counters: its window) read."""
+        chunks, tails = set(), set()
+        for entry in self.checkpoints.entries():
+            firsts, tail = reads(entry, stream, self.per_stream, self.chunk)
+            chunks.update(firsts)
+            if tail is not None:
+                tails.add(tail)
+        if live is not None:
+            chunks.update(reads(live, stream, self.per_stream, self.chunk)[0])
+        return chunks, tails
+
+    def _remove_format1_ring(self) -> None:
+        """The format-1 ring, once no checkpoint on disk reads it."""
+        self.format1_ring, self.format1_until = False, None
+        (self.directory / FORMAT1_CURSORS).unlink(missing_ok=True)
+        for stream in range(self.streams):
+            folder = stream_dir(self.directory, stream)
+            for path in folder.iterdir() if folder.is_dir() else ():
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                elif not (CHUNK_FILE.fullmatch(path.name) or TAIL_FILE.fullmatch(path.name)):
+                    path.unlink(missing_ok=True)
+        log.info("replay: removed the format-1 replay files (no checkpoint reads them now)")
