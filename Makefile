@@ -73,7 +73,7 @@ lint: $(DEV_STAMP)
 bench-learning: $(DEV_STAMP)
 	$(PY) benchmarks/learning.py $(or $(ARGS),cartpole)
 
-# .venv-peers/{official,sheeprl} for side-by-side benchmarks: make peers OFFICIAL_SRC=<dreamerv3 checkout>
+# .venv-peers/official for the side-by-side benchmarks: make peers OFFICIAL_SRC=<dreamerv3 checkout>
 peers:
 	$(PYTHON) benchmarks/peers/venvs.py --official-src "$(OFFICIAL_SRC)" --python $(PYTHON) $(ARGS)
 

@@ -5,30 +5,17 @@
     python benchmarks/chaos.py --ranks 2 --steps 6000   # torchrun --nproc_per_node=2
     python benchmarks/chaos.py --kills 8 --storage      # storage faults too (root: tmpfs)
 
-Every few seconds one process of the run is killed, its kind drawn at random among
-those alive and killed least so far: the driver (a rank under torchrun; then the same
-command is run again, and it resumes), an env worker, the inference server, the
-evaluation process, a render worker (the children's pids are read from the run's log).
-With ``--storage`` two storage faults join the draw, the run directory being a tmpfs
-mount: ``disk_full`` fills it (the run must stop with exit 1 and one line; the filler is
-removed and the command run again) and ``corrupt_checkpoint`` kills the driver and flips
-a byte of its latest checkpoint (the rerun must skip it with a warning and resume from
-the newest whole one).
-After each other kill the run must say it recovered and write a checkpoint before the
-next one. The run's length is tied to the kills, not to the machine's speed: it runs
-with no step limit until the last kill's recovery, is then stopped by USR1 (it
-checkpoints), and a last rerun finishes it at ``--steps`` or ``FINISH`` steps past that
-checkpoint, whichever is later. At the end it checks:
-the run reached that step; every log interval has exactly one metrics row (and every
-evaluation one); ``env/restarts`` and ``restarts/<kind>`` equal the kills of each kind;
-an evaluation row follows each evaluation-process kill; the checkpoint loads; no process
-of the run is left. Prints (and with ``--json`` writes)
-``{"kills": {kind: n}, "faults": {kind: n}, "delivered": bool, "survived": bool,
-"duplicated_rows": n, "missing_rows": n, "orphans": n, "wall_s": s, ...}``. Exits 0 when
-every kill was delivered and the run survived with nothing duplicated, missing or left
-over; 1 when
-the run did not survive or lost or duplicated something; 3 when the harness could not
-deliver its kills (``harness_failure`` says why; the run is judged on what it got).
+Every few seconds a process of the run is killed, its kind drawn among the live kinds
+killed least: the driver (the command is then run again and resumes), an env worker, the
+inference server, the evaluation process, a render worker (pids from the run's log).
+``--storage`` adds ``disk_full`` (the run directory, a tmpfs, fills: the run must stop with
+one line and the rerun resume) and ``corrupt_checkpoint`` (a byte of the latest checkpoint
+flipped: the rerun must skip it). After each other kill the run must log its recovery
+and checkpoint. With no step limit until the last kill's recovery, it is then stopped by
+USR1 and a last rerun finishes it at ``--steps`` or ``FINISH`` steps past that checkpoint.
+Checked: one metrics row per log interval and evaluation, the restart counters against
+the kills, the checkpoint loads, no process left. Exit 0: every kill delivered and the
+run survived clean; 1: it did not; 3: the harness could not deliver (``harness_failure``).
 """
 
 from __future__ import annotations
@@ -49,8 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dreamer.runtime import checkpoint, signals  # noqa: E402
-from tests.runs import (  # noqa: E402
+from benchmarks.procs import (  # noqa: E402
     UNTIL_STOPPED,
     alive,
     descendants,
@@ -59,6 +45,7 @@ from tests.runs import (  # noqa: E402
     jsonl_rows,
     mount_tmpfs,
 )
+from dreamer.runtime import checkpoint, signals  # noqa: E402
 
 KINDS = ("driver", "env_worker", "inference", "eval", "render")
 STORAGE = ("disk_full", "corrupt_checkpoint")  # faults of the run directory (--storage)
@@ -78,19 +65,11 @@ ANNOUNCED = {  # the latest line of each gives the live pids of a kind
 }
 STARTED = r"env worker pids"  # a run is collecting: its children can be drawn
 FINISH = 500  # env steps the last rerun trains past the stopped run's checkpoint
-DEFAULTS = [
-    "experiment=smoke",
-    "env=cue",
-    "run.train_starts=200",
-    "run.train_ratio=4",
-    "run.log_every=100",
-    "run.save_every=1",
-    "eval.every=500",
-    "eval.episodes=1",
-    "eval.max_steps=100",
-    "eval.render_workers=1",
-    "run.progress=false",
-]
+DEFAULTS = (  # the smoke run on the cue task, a checkpoint every second, evaluations
+    "experiment=smoke env=cue run.train_starts=200 run.train_ratio=4 run.log_every=100 "
+    "run.save_every=1 eval.every=500 eval.episodes=1 eval.max_steps=100 "
+    "eval.render_workers=1 run.progress=false"
+).split()
 
 
 class ChaosFailed(AssertionError):
@@ -428,20 +407,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--replay", choices=("memory", "disk"), default="memory")
     parser.add_argument("--ranks", type=int, default=1)
-    parser.add_argument(
-        "--storage", action="store_true", help="disk-full and corrupt-checkpoint faults too"
-    )
+    parser.add_argument("--storage", action="store_true", help="disk_full, corrupt_checkpoint")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--steps",
-        type=int,
-        help="the run ends at this env step or FINISH steps past its last kill's recovery,"
-        " whichever is later (default: 250 per kill + 1000)",
-    )
-    parser.add_argument(
-        "--kinds", nargs="+", choices=(*KINDS, *STORAGE), help="draw only these (default: all)"
-    )
+    parser.add_argument("--steps", type=int, help="the least end step (250 per kill + 1000)")
+    parser.add_argument("--kinds", nargs="+", choices=(*KINDS, *STORAGE), help="draw only these")
     parser.add_argument("--interval", type=float, nargs=2, default=(2.0, 6.0))
     parser.add_argument("--timeout", type=float, default=300, help="s to wait for a recovery")
     parser.add_argument("overrides", nargs="*")

@@ -1,29 +1,15 @@
-"""Collection throughput: env steps per second received by the driver, four ways, each
-measured in this one run on the same env, cores and DreamerV3 policy.
+"""Collection throughput: env steps per second received by the driver, four ways, in one
+run on the same env, cores and DreamerV3 policy.
 
     python benchmarks/collect.py                       # crafter + cartpole, tiny + size1m
     python benchmarks/collect.py --envs crafter --models size1m --workers 4 --json out.json
-    python benchmarks/collect.py --envs crafter --workers 16 collector.inference.static_batch=true
 
-(a) limit:   the env alone in one process (random actions, resets included), times the
-             worker count capped by the cores;
-(b) stock:   torchrl's synchronous ``Collector`` over a ``SerialEnv`` of the workers'
-             envs, the policy in the driver (what torchrl's DreamerV3 example does);
-(c) chunk1:  ``AsyncBatchedCollector`` as the trainer builds it (process workers, a
-             process inference server on shared-memory slots), one transition per message;
-(d) chunk64: the same, 64 transitions per message (the trainer's default).
-
-Trailing ``key=value`` arguments are config overrides for every path, e.g.
-``collector.inference.static_batch=true`` serves (c) and (d) from a CUDA-graph policy at
-a static batch of every worker, and then (b)'s driver policy runs on CUDA too.
-``--json PATH`` writes ``{"<env>": {"limit": .., "stock": .., "chunk1": .., "chunk64": ..,
-"model": .., "models": {"<model>": {...}}, "machine": ..}}`` in env steps/s; the four
-top-level figures are size1m's (the goal's model) when it was measured.
-``benchmarks/results/collect.json`` is this script's output; benchmarks/README.md
-("Collection throughput") and the README's "Collection" quote it, and
-``tests/test_docs.py`` checks the README's ratios against it. The trainer's start-up note
-on a cheap vector env (``dreamer/data/collect.py``'s ``path_note``) quotes no figure: it
-points to benchmarks/README.md.
+(a) limit: the env alone (random actions) x min(workers, cores); (b) stock: torchrl's
+synchronous ``Collector`` over a ``SerialEnv``, the policy in the driver; (c) chunk1: the
+trainer's ``AsyncBatchedCollector``, one transition per message; (d) chunk64: 64 per
+message (the default). Trailing ``key=value`` arguments override every path's config.
+``--json`` writes ``{"<env>": {"limit", "stock", "chunk1", "chunk64", "model", "models":
+{"<model>": {...}}, "machine"}}``, the top-level figures size1m's where measured.
 """
 
 from __future__ import annotations
@@ -31,7 +17,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -44,13 +29,10 @@ from torchrl.envs import SerialEnv
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.procs import cpu_model  # noqa: E402
 from dreamer.agent.build import latent_sizes  # noqa: E402
-from dreamer.config import load  # noqa: E402
-from dreamer.data.collect import (  # noqa: E402
-    build_policy,
-    env_seeds,
-    make_collector,
-)
+from dreamer.command_line import load  # noqa: E402
+from dreamer.data.collect import build_policy, env_seeds, make_collector  # noqa: E402
 from dreamer.envs.make import describe_env, make_env  # noqa: E402
 from dreamer.runtime.cores import usable_cores  # noqa: E402
 
@@ -114,15 +96,9 @@ class Setup:
     def asynchronous(self, chunk: int, seconds: float, warmup: float) -> float:
         collector_cfg = OmegaConf.to_container(self.cfg.collector) | {"chunk": chunk}
         collector = make_collector(
-            env=self.env,
-            model=self.model,
-            spaces=self.spaces,
-            latent=self.latent,
-            envs=self.workers,
-            collector=collector_cfg,
-            seed=0,
-            replay=None,
-        )
+            env=self.env, model=self.model, spaces=self.spaces, latent=self.latent,
+            envs=self.workers, collector=collector_cfg, seed=0, replay=None,
+        )  # fmt: skip
         try:
             return timed(collector, seconds, warmup)
         finally:
@@ -170,20 +146,15 @@ def main() -> int:
         for model in args.models:
             rates = measure(env_name, model, args.workers, args.seconds, args.overrides)
             results[f"{env_name}/{model}"] = rates
-            print(
-                f"{env_name}/{model}: "
-                + ", ".join(
-                    f"{path} {rate:.0f}" for path, rate in results[f"{env_name}/{model}"].items()
-                ),
-                flush=True,
-            )
+            shown = ", ".join(f"{path} {rate:.0f}" for path, rate in rates.items())
+            print(f"{env_name}/{model}: {shown}", flush=True)
     print(
         f"\nenv steps/s received by the driver; {args.workers} workers, {usable_cores()} cores, "
-        f"{platform.processor() or platform.machine()}, torch {torch.__version__}"
+        f"{cpu_model()}, torch {torch.__version__}"
     )
     print(table(results))
     if args.json:
-        machine = f"{usable_cores()} cores, {args.workers} workers, {platform.machine()}"
+        machine = f"{usable_cores()} cores, {args.workers} workers, {cpu_model()}"
         output = {}
         for env_name in args.envs:
             models = {model: results[f"{env_name}/{model}"] for model in args.models}

@@ -1,23 +1,16 @@
 #!/usr/bin/env bash
-# The GPU check: everything the design claims for a GPU, measured in one run of at most
-# 5 minutes, install included, on the offline H200 machine as it is (its python3 with torch 2.11 and numpy,
-# matplotlib, tensorboard, tqdm, filelock, pytest; no package index). From the repository
-# root, with the wheels of `make gpu-wheels` in .whl/:
+# The GPU check: what the design claims for a GPU, measured in one run of at most 5
+# minutes, install included, on the offline H200 machine as it is (python3 with torch
+# 2.11, numpy, matplotlib, tensorboard, tqdm, filelock, pytest; no package index), with
+# the wheels of `make gpu-wheels` in .whl/ (git-ignored: the copy must carry it):
 #
 #   bash benchmarks/gpu_check.sh            # on the GPU machine
 #   bash benchmarks/gpu_check.sh --dry-run  # on a CPU: every step in its CPU form, tiny
 #
-# .whl/ is git-ignored: whatever copies the working tree to the GPU machine must carry it.
-# Writes under $OUT (default benchmarks/results/gpu): gpu.json (every figure, `device`
-# holding the GPU's name), summary.md (the tables for benchmarks/README.md), log.txt
-# (each step's last lines) and, for each of the first five steps that fail or run out,
-# fail-<step>.txt with its whole output: at most the machine's 8 files. First every
-# learner mode at a tiny shape (a minute), so a broken mode shows before the figures
-# spend the budget. Each step has its own time limit, capped by what is left of the
-# whole budget; a step that runs out or fails leaves what it measured and the next one
-# still runs.
-# GPU_CHECK_ONLY="trainer learner-size50m-32x256" runs only the steps named, in order,
-# each with the rest of the budget (GPU_CHECK_SECONDS, default 255): a second try.
+# Writes gpu.json, summary.md, log.txt and a fail-<step>.txt for each of the first five
+# steps that fail under $OUT (default benchmarks/results/gpu): the machine's 8 files.
+# Each step has its own limit, capped by what is left of the budget (GPU_CHECK_SECONDS,
+# default 255); GPU_CHECK_ONLY="trainer ..." runs only those steps: a second try.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DRY=0
@@ -32,8 +25,7 @@ rm -f "$OUT/gpu.json" "$OUT/summary.md" "$OUT/log.txt" "$OUT"/fail-*.txt
 WORK=$(mktemp -d /tmp/gpu_check.XXXXXX)  # step outputs and run dirs: kept off $OUT's limits
 exec > >(tee "$OUT/log.txt") 2>&1
 # 5 minutes with the install (~15 s) and start-up on the GPU; the dry run on a 2-core CPU,
-# maybe shared with other work (filelock and gc_freeze alone start 8 Pythons), gets 20x
-# each limit
+# maybe shared with other work, gets 20x each limit
 SCALE=${GPU_CHECK_SCALE:-$((DRY ? 20 : 1))}
 DEADLINE=$((SECONDS + ${GPU_CHECK_SECONDS:-$((255 * SCALE))}))
 FAIL_FILES=5  # + gpu.json, summary.md, log.txt: the 8 files that come back
@@ -84,9 +76,8 @@ if ((DRY)); then
     $VENV_PY benchmarks/gpu_wheels.py install --site "$WORK/site" || exit 1
   fi
   LEARNER_SHAPES=("tiny 2 8 1")
-  LEARNER_MODES=(--modes torchrl_eager ours --roof-size 256)  # a 2048 roof takes ~20 s here
+  LEARNER_MODES=(--modes ours fewer_starts --roof-size 256)  # a 2048 roof takes ~20 s here
   ALL_MODES=("${LEARNER_MODES[@]}")
-  ROOF=(--size 256)
   TINY=(model=tiny replay.batch=2 replay.length=8 run.train_ratio=16 run.train_starts=64
     collector.chunk=4 learner.device=cpu learner.precision=fp32
     collector.inference.static_batch=false)
@@ -94,8 +85,6 @@ if ((DRY)); then
     learner.cudagraph=false)
   ATARI=("${TINY[@]}" run.steps=96)
   COLLECT=(--models tiny --workers 2 --seconds 0.2)
-  FILELOCK=(--messages 32)
-  GC=(--steps 520 --heap-objects 10000)
 else
   PY=${PYTHON:-python3}  # the image's, with its torch
   SITE=${SITE:-/tmp/dreamer-site}
@@ -103,12 +92,9 @@ else
   export PYTHONPATH=$PWD:$SITE
   # the production shape first, then the recipe's; what the budget cuts is reported
   LEARNER_SHAPES=("size50m 32 256 5" "size12m 16 64 10" "size12m 32 256 5" "size50m 16 64 10")
-  LEARNER_MODES=(--modes torchrl_eager eager_fp32 compiled_cudagraph_bf16
-    torchrl_compiled_cudagraph_bf16)
+  LEARNER_MODES=(--modes eager_fp32 compiled_cudagraph_bf16)  # the first: the ratios' base
   # every mode of the one update (ours = compiled_cudagraph_bf16 on CUDA: not twice)
-  ALL_MODES=(--modes torchrl_eager eager_fp32 eager_bf16 compiled_fp32 compiled_cudagraph_bf16
-    torchrl_compiled_cudagraph_bf16 --roof-size 256)
-  ROOF=()
+  ALL_MODES=(--modes eager_fp32 eager_bf16 compiled_fp32 compiled_cudagraph_bf16 --roof-size 256)
   # minedojo_4gpu's learner (size50m, 32 x 256, compiled, CUDA graph, bf16) and one rank's
   # collector (16 workers, static-batch CUDA-graph inference) on Crafter, world size 1;
   # train ratio 512 so 200 updates need 3,200 env steps after 4,096 (16 per env x 256)
@@ -118,8 +104,6 @@ else
   # after 1,024 agent steps
   ATARI=(run.train_starts=1024 run.steps=1152)
   COLLECT=(--models size1m --workers 16 --seconds 3 collector.inference.static_batch=true)
-  FILELOCK=(--messages 1000)
-  GC=(--steps 800)
 fi
 
 $PY -c "import sys, torch; print('python', sys.version.split()[0], '| torch', torch.__version__,
@@ -137,11 +121,8 @@ learner() {  # learner MODEL BATCH LENGTH UPDATES
 # every mode once at a tiny shape: what fails shows in a minute, with its whole output
 step modes 60 $PY benchmarks/learner.py --model tiny --batch 2 --length 8 --updates 2 \
   "${ALL_MODES[@]}" --json "$WORK/modes.json"
-step roof 15 $PY benchmarks/matmul_roof.py "${ROOF[@]}" --json "$WORK/roof.json"
 read -r -a shape <<<"${LEARNER_SHAPES[0]}"
 learner "${shape[@]}" 80
-# the loss against torchrl's on the GPU: fp32, bf16 and bf16 captured
-step loss_equal 40 $PY benchmarks/loss_equal.py --json "$WORK/loss_equal.json"
 # after the learner at the same shape, so its compiled graphs come from the cache
 step trainer 70 $PY -m dreamer.train experiment=minedojo_4gpu env=crafter eval.every=0 \
   run.progress=false run.log_every=256 run.save_every=100000 "${TRAIN[@]}" \
@@ -154,10 +135,6 @@ for rest in "${LEARNER_SHAPES[@]:1:1}"; do
   read -r -a shape <<<"$rest"
   learner "${shape[@]}" 40
 done
-step filelock 40 $PY benchmarks/filelock_hook.py "${FILELOCK[@]}" --json "$WORK/filelock.json"
-# the driver's regime on Python 3.12: the smoke run on the CPU, as the seed measured it
-step gc_freeze 45 env CUDA_VISIBLE_DEVICES= $PY benchmarks/gc_freeze.py "${GC[@]}" \
-  --json "$WORK/gc_freeze.json"
 for rest in "${LEARNER_SHAPES[@]:2}"; do  # in what the steps above left unspent
   read -r -a shape <<<"$rest"
   learner "${shape[@]}" 30

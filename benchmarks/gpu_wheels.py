@@ -1,19 +1,13 @@
 """The wheels the offline GPU machine installs: the project's dependency closure as this
-venv resolves it, for CPython 3.12 on manylinux x86_64, less what that machine's image
-already holds.
+venv resolves it, for CPython 3.12 on manylinux x86_64, less what its image holds.
 
     python benchmarks/gpu_wheels.py build [--dir .whl]   # make gpu-wheels
-    python benchmarks/gpu_wheels.py check [--dir .whl]   # part of gpu_check.sh --dry-run
+    python benchmarks/gpu_wheels.py check [--dir .whl]   # gpu_check.sh --dry-run
     python benchmarks/gpu_wheels.py install --site DIR   # likewise: the offline install
 
-The GPU machine reaches no package index: it installs these with
-``pip install --no-index --no-deps --target DIR .whl/*.whl`` and puts DIR on PYTHONPATH.
-``build`` downloads each pinned wheel (binary ones for cp312 manylinux; source-only ones
-such as antlr4-python3-runtime, crafter and opensimplex built here with ``pip wheel``),
-drops stale ones and checks the total against the machine's 64 MiB. ``check`` proves the
-folder complete without a network: one wheel per pinned name at this venv's version, and
-pip resolves the project's whole closure offline for cp312 from the folder alone, the
-image's packages standing in as metadata-only stub wheels.
+``check`` proves the folder complete offline: one wheel per pinned name at this venv's
+version, and pip resolving the closure for cp312 from it alone (the image's packages as
+metadata-only stub wheels).
 """
 
 from __future__ import annotations
@@ -36,24 +30,15 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON_VERSION = "3.12"
 PLATFORMS = [  # pip matches manylinux_2_N exactly, so name every one the machine accepts
-    "manylinux_2_28_x86_64",
-    "manylinux_2_27_x86_64",
-    "manylinux_2_24_x86_64",
-    "manylinux_2_17_x86_64",
+    *(f"manylinux_2_{n}_x86_64" for n in (28, 27, 24, 17)),
     "manylinux2014_x86_64",
     "manylinux1_x86_64",
 ]
 # In the GPU machine's image already (torch 2.11.0 built for CUDA 13): carried, they
 # would shadow the image's CUDA build or burst the size limit.
-IMAGE = {
-    "torch": "2.11.0",
-    "numpy": None,
-    "matplotlib": None,
-    "tensorboard": None,
-    "tqdm": None,
-    "filelock": None,
-    "pytest": None,
-}
+IMAGE = {"torch": "2.11.0"} | dict.fromkeys(
+    ("numpy", "matplotlib", "tensorboard", "tqdm", "filelock", "pytest")
+)
 # 68 MB on its own, over the machine's limit: videos fall back to GIF there.
 LEFT_OUT = {"imageio-ffmpeg"}
 LIMIT_BYTES = 64 * 2**20

@@ -1,26 +1,14 @@
 """Learning checks: train with the real trainer, read its metrics, compare to a threshold.
 
     python benchmarks/learning.py cartpole                  # 3 seeds, 50k env steps each
-    python benchmarks/learning.py pixels                    # 3 seeds, 4k steps, 32x32 frames
     python benchmarks/learning.py crafter --budget 5000 model=size1m   # a CPU-sized run
-    python benchmarks/learning.py cue --seeds 0 1 2
     python benchmarks/learning.py dmc --task cartpole_balance --budget 50000 --seeds 0
-    python benchmarks/learning.py atari --game pong          # the atari100k preset, 100k steps
 
-Each seed runs ``python -m dreamer.train`` in a subprocess (extra ``key=value``
-arguments are passed on). The score of a seed is measured on its final checkpoint in
-a fresh env by ``dreamer.evaluate``: the mean return of ``eval_episodes`` greedy
-(mode-policy) episodes, or for ``crafter`` the Crafter score (geometric mean of the
-achievement success rates) of those episodes. The reference is a random policy's
-score; for Crafter, DMC and Atari it is measured here (random actions, the same
-episodes). ``dmc`` and ``atari`` train the official presets (``experiment=dmc_proprio``,
-``experiment=atari100k``) and compare with the official DreamerV3 mean at the same budget
-in the same units (``benchmarks/official/dreamerv3_scores.json``, with its sources): the
-threshold is 90% of it, and the PNG overlays the official curve where it is stored.
-Writes ``benchmarks/results/<check>.json`` and ``<check>.png`` (mean and min-max over
-seeds vs env steps, with the threshold and the reference) and exits 1 when the mean
-score misses the threshold. ``--reuse`` scores finished seed runs again without
-training.
+Each seed runs ``python -m dreamer.train`` (``key=value`` arguments passed on) and is scored
+on its final checkpoint by ``dreamer.evaluate`` (greedy episodes' mean return; Crafter's
+score for ``crafter``); ``dmc`` and ``atari`` compare with 90% of the official DreamerV3
+mean at the same budget (``benchmarks/official/dreamerv3_scores.json``). Writes
+``benchmarks/results/<check>.{json,png}``; exits 1 below the threshold.
 """
 
 from __future__ import annotations
@@ -28,7 +16,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import platform
+import os
 import subprocess
 import sys
 import time
@@ -40,6 +28,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.procs import cpu_model  # noqa: E402
 from dreamer.errors import ConfigError  # noqa: E402
 from dreamer.evaluate import evaluate  # noqa: E402
 from dreamer.evaluation.reports import crafter_score  # noqa: E402
@@ -175,7 +164,7 @@ def random_reference(check: Check, overrides: list[str], episodes: int) -> float
     import torch
     from omegaconf import OmegaConf
 
-    from dreamer.config import load
+    from dreamer.command_line import load
     from dreamer.envs.crafter import ACHIEVEMENTS
     from dreamer.envs.make import make_env
     from dreamer.evaluation.runner import summarize
@@ -279,30 +268,19 @@ def main() -> int:
         reference = random_reference(check, overrides, check.eval_episodes * len(seeds))
     scores = [run["score"] for run in runs]
     mean = sum(scores) / len(scores)
-    result = {
-        "check": name,
-        "passed": mean >= check.threshold,
-        "threshold": check.threshold,
-        "budget_steps": steps,
-        "seeds": seeds,
-        "final_mean": mean,
-        "final_min": min(scores),
-        "final_max": max(scores),
-        "metric": check.metric,
-        "reference": reference,
-        "reference_name": check.reference_name,
-        "above_reference": mean > reference,
-        "official": check.official,
-        "share_of_official": mean / check.official["mean"] if check.official else None,
-        "seconds_per_seed": [round(run["seconds"]) for run in runs],
-        "scores": {run["seed"]: run["score"] for run in runs},
-        "eval_returns": {run["seed"]: run["returns"] for run in runs},
-        "eval_episodes": check.eval_episodes,
-        "curves": {run["seed"]: run["curve"] for run in runs},
-        "overrides": check.overrides + overrides,
-        "date": datetime.date.today().isoformat(),
-        "hardware": f"{platform.machine()}, {platform.processor() or 'cpu'}",
-    }
+    official = check.official["mean"] if check.official else None
+    result = {"check": name, "passed": mean >= check.threshold, "threshold": check.threshold}
+    result |= {"budget_steps": steps, "seeds": seeds, "final_mean": mean}
+    result |= {"final_min": min(scores), "final_max": max(scores), "metric": check.metric}
+    result |= {"reference": reference, "reference_name": check.reference_name}
+    result |= {"above_reference": mean > reference, "official": check.official}
+    result |= {"share_of_official": mean / official if official else None}
+    result |= {"seconds_per_seed": [round(run["seconds"]) for run in runs]}
+    for key, field_ in (("scores", "score"), ("eval_returns", "returns"), ("curves", "curve")):
+        result[key] = {run["seed"]: run[field_] for run in runs}
+    result |= {"eval_episodes": check.eval_episodes, "overrides": check.overrides + overrides}
+    result |= {"date": datetime.date.today().isoformat()}
+    result |= {"hardware": f"{cpu_model()}, {os.cpu_count()} cores"}
     (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     plot(name, check, runs, reference, RESULTS / f"{name}.png")
     print(json.dumps({k: v for k, v in result.items() if k != "curves"}, indent=2))

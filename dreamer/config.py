@@ -1,21 +1,17 @@
-"""Configuration: one structured schema, YAML presets in ``conf/``, strict validation.
+"""The schema: every configuration key, its type, range or choices and its meaning (the
+string under each field), as dataclasses per section; each env kind's ``env.*`` keys are
+its own (``dreamer/envs/``). The YAML presets live in ``conf/``.
 
-``load(overrides)`` composes ``conf/config.yaml`` with Hydra's compose API, type-checks
-against the dataclass schema below (struct mode), range/choice-checks each field from its
-``check``/``choices`` metadata, derives ``run.logdir`` and returns a read-only DictConfig.
-Every user error becomes a ``ConfigError`` whose message is one line naming the dotted key.
-"""
+``dreamer/command_line.py`` composes a run's config against it (``load``);
+``dreamer/training/rundir.py`` decides where a run writes and what a resume may change.
+Loading a config reads no run directory."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import os
 import re
-import sys
-import time
 import typing
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,8 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from dreamer.envs import registry
 from dreamer.envs.registry import EnvSettings
 from dreamer.errors import ConfigError
-from dreamer.schema import TRISTATE, check_field, check_section
-from dreamer.schema import TYPE_NAMES as _KINDS
+from dreamer.schema import TRISTATE
 from dreamer.schema import f as _f
 from dreamer.schema import strings as _list
 
@@ -34,10 +29,6 @@ from dreamer.schema import strings as _list
 _HERE = Path(__file__).resolve().parent
 CONF_DIR = _HERE / "conf" if (_HERE / "conf").is_dir() else _HERE.parent / "conf"
 GROUPS = ("env", "model", "experiment")  # config groups: directories under conf/
-USAGE = (
-    "usage: python -m dreamer.train [-h] [--cfg job] [-m] [group=option ...] "
-    "[section.key=value ...]"
-)
 
 
 WARM_START_PARTS = ("world_model", "actor", "critic", "optimizer")
@@ -244,7 +235,7 @@ class LearnerConfig:
     """pull of both critic terms towards the slow critic's values"""
     max_skips: int = _f(10, ">= 0")
     """NaN/Inf updates in a row before the run stops (with a checkpoint)"""
-    slow_critic: float = _f(0.02, "(0, 1]")
+    slow_critic_rate: float = _f(0.02, "(0, 1]")
     """the slow critic's step towards the critic per update (an EMA rate)"""
     dist_timeout: float = _f(600.0, "> 0")
     """seconds a rank waits in a collective before it fails (data-parallel runs)"""
@@ -328,20 +319,36 @@ REMOVED_KEYS = {
 }
 
 
+# Keys renamed since: on a command line the old name still works, with a line naming
+# the new one; a run directory's saved config is read under the new name.
+RENAMED_KEYS = {
+    "learner.slow_critic": "learner.slow_critic_rate",  # an EMA rate, beside slowreg's weight
+}
+
+
 def without_removed(saved: dict) -> dict:
-    """A saved config (a nested dict) without the ``REMOVED_KEYS``."""
+    """A saved config (a nested dict) in today's keys: ``REMOVED_KEYS`` dropped,
+    ``RENAMED_KEYS`` under their new names."""
     saved = copy.deepcopy(saved)
-    for key in REMOVED_KEYS:
+
+    def section_of(key: str) -> tuple[dict, str]:
         section, _, name = key.rpartition(".")
         node = saved
         for part in section.split("."):
             node = node.get(part, {}) if isinstance(node, dict) else {}
-        if isinstance(node, dict):
-            node.pop(name, None)
+        return (node if isinstance(node, dict) else {}), name
+
+    for key in REMOVED_KEYS:
+        node, name = section_of(key)
+        node.pop(name, None)
+    for old, new in RENAMED_KEYS.items():
+        node, name = section_of(old)
+        if name in node:
+            node[new.rpartition(".")[2]] = node.pop(name)
     return saved
 
 
-def _schema_type(key: str, env_name: str | None = None) -> Any:
+def schema_type(key: str, env_name: str | None = None) -> Any:
     """The schema type at dotted ``key`` (a dataclass for a section); ConfigError if unknown.
     ``env.*`` keys are the env kind's (``env_name``), or any kind's when it is None."""
     if key in REMOVED_KEYS:
@@ -380,219 +387,6 @@ def options(group: str) -> list[str]:
     )
 
 
-def _check_overrides(overrides: list[str]) -> list[str]:
-    """Reject what Hydra would accept silently (``+new.key=1``) or explain badly.
-
-    Returns the overrides to hand to Hydra (``experiment=null`` dropped: it is the default,
-    and Hydra's compose rejects a null group override with a bare ValueError).
-    """
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import OverrideParseException
-
-    parser, kept = OverridesParser.create(), []
-    for text in overrides:
-        if text.startswith("logger="):  # the documented shorthand for logger.use=[...]
-            text = "logger.use=" + text.split("=", 1)[1]
-        key, _, raw = text.lstrip("+~").partition("=")
-        try:
-            (ov,) = parser.parse_overrides([text])
-        except OverrideParseException as e:
-            detail = (str(e).splitlines()[1:2] or ["syntax error"])[0]
-            raise ConfigError(
-                f"{key}: bad override {text!r} ({detail}); expected key=value"
-            ) from None
-        key = ov.key_or_group
-        if ov.package is not None:
-            raise ConfigError(f"{key}@{ov.package}: package overrides are not supported")
-        if ov.is_delete():
-            raise ConfigError(f"{key}: deleting keys is not supported")
-        if ov.is_sweep_override():
-            raise ConfigError(f"{key}: expected one value, got {raw!r}")
-        if key in GROUPS:
-            value = ov.value()
-            if key == "experiment" and value is None:
-                continue
-            if value not in options(key):
-                allowed = ", ".join(options(key))
-                raise ConfigError(f"{key}: unknown option {value!r}; allowed: {allowed}")
-        else:
-            _schema_type(key)
-        if ov.is_add():  # every schema key and group already exists; '+' only errors in Hydra
-            raise ConfigError(f"{key}: already defined; drop the '+' ({text.lstrip('+')})")
-        kept.append(text)
-    return kept
-
-
-DICT_KEYS = ("env.kwargs",)
-
-
-def _parsed(override: str) -> tuple[str, Any]:
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    (parsed,) = OverridesParser.create().parse_overrides([override])
-    return parsed.key_or_group, parsed.value()
-
-
-def _wrong_type(key: str, value: Any, env_name: str | None = None) -> ConfigError:
-    kind = _schema_type(key, env_name)
-    kind = next((t for t in typing.get_args(kind) if t is not type(None)), kind)  # Optional
-    return ConfigError(f"{key}: expected {_KINDS.get(kind, 'another type')}, got {value!r}")
-
-
-def _composition_error(e: Exception, env_name: str | None = None) -> ConfigError:
-    """Turn a Hydra/OmegaConf exception into a one-line ConfigError."""
-    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
-
-    cause: BaseException | None = e  # the innermost OmegaConf error names the dotted key
-    while cause is not None and not getattr(cause, "full_key", None):
-        cause = cause.__cause__ or cause.__context__
-    key = getattr(cause, "full_key", None)
-    if not key:
-        return ConfigError(str(e).strip().splitlines()[0])
-    if isinstance(cause, ConfigAttributeError | ConfigKeyError):  # e.g. stray key in a preset
-        _schema_type(key, env_name)  # raises the usual "unknown key; allowed keys ..." error
-    if isinstance(cause, ValidationError):
-        return _wrong_type(key, cause.value, env_name)
-    return ConfigError(f"{key}: {str(cause).splitlines()[0]}")
-
-
-# --------------------------------------------------------------------------- validation
-
-
-def check_value(override: str) -> tuple[str, Any]:
-    """One ``section.key=value`` parsed, typed and range-checked against the schema alone
-    (``dreamer.evaluate`` reads everything else from the run directory)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import OverrideParseException
-    from omegaconf.errors import ValidationError
-
-    key, sep, raw = override.partition("=")
-    if "." not in key or not sep:
-        raise ConfigError(f"{override}: expected section.key=value")
-    _schema_type(key)
-    section, name = key.split(".", 1)
-    try:
-        (parsed,) = OverridesParser.create().parse_overrides([override])
-        node = OmegaConf.structured(typing.get_type_hints(Config)[section])
-        node[name] = parsed.value()
-    except OverrideParseException:
-        raise ConfigError(f"{key}: bad value {raw!r}") from None
-    except ValidationError:
-        raise _wrong_type(key, raw) from None
-    field_ = next(
-        f for f in dataclasses.fields(typing.get_type_hints(Config)[section]) if f.name == name
-    )
-    check_field(key, node[name], field_.metadata)
-    return key, node[name]
-
-
-def _check_world(cfg: DictConfig, ranks: int) -> None:
-    """``run.envs`` and ``replay.batch`` are the whole job's; each of ``ranks`` ranks
-    takes an equal share."""
-    for key, value in (("run.envs", cfg.run.envs), ("replay.batch", cfg.replay.batch)):
-        if value % ranks:
-            raise ConfigError(
-                f"{key}: split evenly across the {ranks} ranks of this job, so it must be a "
-                f"multiple of {ranks}; got {value}"
-            )
-
-
-def _check_collector(collector: DictConfig, envs: int) -> None:
-    inference = collector.inference
-    max_batch = inference.max_batch or envs
-    if inference.min_batch > max_batch:
-        raise ConfigError(
-            f"collector.inference.min_batch: must be <= the max batch ({max_batch}), "
-            f"got {inference.min_batch}"
-        )
-    if envs % collector.envs_per_worker:
-        raise ConfigError(
-            f"collector.envs_per_worker: must divide run.envs ({envs}), "
-            f"got {collector.envs_per_worker}"
-        )
-    if inference.static_batch and collector.envs_per_worker > 1:
-        raise ConfigError(
-            "collector.inference.static_batch: needs the process inference server, "
-            "which collector.envs_per_worker > 1 rules out; allowed: false"
-        )
-    if collector.worker_affinity == "spread" and not hasattr(os, "sched_setaffinity"):
-        raise ConfigError(
-            "collector.worker_affinity: spread needs Linux CPU affinity; allowed here: none"
-        )
-
-
-def _check_learner(learner: DictConfig, length: int) -> None:
-    """Combinations that would leave a loss term without data."""
-    if learner.imag_last > length:
-        raise ConfigError(
-            f"learner.imag_last: must be <= replay.length ({length}), the steps a sequence "
-            f"has to imagine from, got {learner.imag_last}"
-        )
-    if learner.imag_last == 1 and learner.loss_scales.repval:
-        raise ConfigError(
-            "learner.imag_last: 1 leaves learner.loss_scales.repval no replayed step to learn "
-            "on (the last step has no successor); use 0 or >= 2, or set "
-            "learner.loss_scales.repval=0"
-        )
-
-
-def _check_lists(cfg: DictConfig) -> None:
-    """The list-valued keys: loggers and warm-start parts."""
-    for name in cfg.logger.use:
-        if name not in LOGGERS:
-            raise ConfigError(f"logger: unknown logger {name!r}; allowed: {', '.join(LOGGERS)}")
-    if "jsonl" not in cfg.logger.use:
-        raise ConfigError(
-            "logger: jsonl is required (resumes and reports read metrics.jsonl); "
-            f"got {list(cfg.logger.use)}"
-        )
-    parts = list(cfg.run.from_checkpoint_parts)
-    for part in parts:
-        if part not in WARM_START_PARTS:
-            raise ConfigError(
-                f"run.from_checkpoint_parts: unknown part {part!r}; "
-                f"allowed: {', '.join(WARM_START_PARTS)}"
-            )
-    if "optimizer" in parts and not {"world_model", "actor", "critic"} <= set(parts):
-        raise ConfigError(
-            "run.from_checkpoint_parts: optimizer needs world_model, actor and critic too "
-            f"(its moments belong to all their weights); got {parts}"
-        )
-    source = cfg.run.from_checkpoint
-    if source is not None and not Path(source).exists():
-        raise ConfigError(
-            f"run.from_checkpoint: {source}: no such checkpoint file or run directory"
-        )
-
-
-def _validate(cfg: DictConfig, ranks: int) -> None:
-    missing = sorted(OmegaConf.missing_keys(cfg))
-    if missing == ["env.id"]:
-        raise ConfigError(f"env.id: required for env={cfg.env.name}; e.g. env.id=CartPole-v1")
-    if missing:
-        raise ConfigError(f"{missing[0]}: missing value; set it with {missing[0]}=...")
-    for section in typing.get_type_hints(Config):
-        check_section(section, OmegaConf.get_type(cfg[section]), cfg[section])
-    _check_world(cfg, ranks)
-    m, r, envs = cfg.model, cfg.replay, cfg.run.envs // ranks
-    if m.deter % m.blocks or m.hidden % m.blocks:
-        raise ConfigError(
-            f"model.blocks: must divide model.deter ({m.deter}) and model.hidden ({m.hidden}),"
-            f" got {m.blocks}"
-        )
-    if r.size < r.length * cfg.run.envs:
-        raise ConfigError(
-            f"replay.size: must be >= replay.length * run.envs ({r.length} * {cfg.run.envs}"
-            f" = {r.length * cfg.run.envs}), got {r.size}"
-        )
-    _check_collector(cfg.collector, envs)
-    _check_learner(cfg.learner, r.length)
-    _check_lists(cfg)
-
-
-# --------------------------------------------------------------------------- public API
-
-
 def register_schema() -> None:
     """Register the schema with Hydra's ConfigStore as ``dreamer_schema`` (idempotent):
     every section typed but ``env``, which its kind types once composed (``finish``)."""
@@ -607,178 +401,12 @@ def register_schema() -> None:
     ConfigStore.instance().store(name="dreamer_schema", node=node)
 
 
-def runs_folder(env) -> Path:
-    """Where an env's runs go without ``run.logdir``: ``runs/<env.name>/``, and for a
-    gymnasium env ``runs/gym/<env.id>/`` (``/`` and ``:`` of the id as ``_``): the folder
-    names the env, as the run's lines do."""
-    if env.name == "gym":
-        return Path("runs") / "gym" / re.sub(r"[/:\\]", "_", str(env.id))
-    return Path("runs") / env.name
-
-
-def resolved_logdir(cfg: DictConfig) -> Path:
-    """``run.logdir`` if set (with ``run.resume=latest``: one holding a checkpoint), else
-    with ``run.resume=latest`` the newest unfinished run of this env (``runs_folder``),
-    else a new ``<runs_folder>/<YYYYmmdd-HHMMSS>``."""
-    from dreamer.runtime import checkpoint
-
-    if cfg.run.logdir:
-        logdir = Path(cfg.run.logdir)
-        if cfg.run.resume == "latest" and not checkpoint.saved_steps(logdir):
-            raise ConfigError(
-                f"run.resume=latest: {logdir} holds no checkpoint to resume; allowed: "
-                "never (a new run there), or run.logdir=<a run directory with checkpoints>"
-            )
-        return logdir
-    runs = runs_folder(cfg.env)
-    if cfg.run.resume == "latest":
-        found = latest_unfinished(run_folders(cfg.env), cfg.run.steps)
-        if found is None:
-            raise ConfigError(
-                f"run.resume=latest: no run under {runs}/ has a checkpoint short of "
-                f"run.steps={cfg.run.steps}; allowed: never (a new run), or run.logdir=<dir>"
-            )
-        return found
-    return runs / time.strftime("%Y%m%d-%H%M%S")
-
-
-def run_folders(env) -> list[Path]:
-    """The run directories of this env: those in its ``runs_folder``, and for a gym env
-    those a run before 2026-12-06 wrote to ``runs/gym/<YYYYmmdd-HHMMSS>/`` with this id
-    (its ``config.yaml`` says which)."""
-    folders = [p for p in runs_folder(env).glob("*") if p.is_dir()]
-    if env.name == "gym":
-        for folder in Path("runs/gym").glob("*"):
-            saved = folder / "config.yaml"
-            if saved.is_file() and OmegaConf.load(saved).get("env", {}).get("id") == env.id:
-                folders.append(folder)
-    return folders
-
-
-def latest_unfinished(folders: list[Path], steps: int) -> Path | None:
-    """The newest of the run directories ``folders`` whose latest checkpoint (its name
-    holds its env step) is short of ``steps``."""
-    from dreamer.runtime import checkpoint
-
-    for folder in sorted(folders, key=lambda p: p.name, reverse=True):  # <YYYYmmdd-HHMMSS>
-        saved = checkpoint.saved_steps(folder)
-        if saved and saved[-1] < steps:
-            return folder
-    return None
-
-
-def load(overrides: list[str]) -> DictConfig:
-    """Compose conf/config.yaml with Hydra-style ``overrides``, validate, derive, freeze.
-
-    The world size (``WORLD_SIZE`` from torchrun) takes part in validation. What the
-    machine must offer (CUDA, an env's or tracker's package) is checked where it is
-    needed: ``World.device``, ``learner_modes``, ``collect.check_machine``, ``check_env``,
-    ``start_trackers``."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    overrides = _check_overrides(list(overrides))
-    # Hydra merges a dict override into the existing (struct) dict and refuses new keys:
-    # a dict-valued key (env.kwargs) is set after composition instead, replacing it whole.
-    dict_values = {}
-    for text in [t for t in overrides if t.partition("=")[0] in DICT_KEYS]:
-        overrides.remove(text)
-        key, value = _parsed(text)
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping, e.g. {key}={{max_episode_steps: 100}}")
-        dict_values[key] = value
-    register_schema()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(version_base=None, config_dir=str(CONF_DIR)):
-            composed = compose(config_name="config", overrides=overrides)
-    except (HydraException, OmegaConfBaseException) as e:
-        raise _composition_error(e) from None
-    finally:
-        GlobalHydra.instance().clear()
-    return finish(composed, dict_values)
-
-
-def finish(composed: DictConfig, dict_values: Mapping[str, Any] = {}) -> DictConfig:  # noqa: B006
-    """A config Hydra composed (by ``load``, or by ``-m``'s launcher for a sweep job) as
-    the run's config: exactly the schema's sections, ``dict_values`` set whole,
-    validated, derived (``run.logdir``) and frozen."""
-    from omegaconf.errors import OmegaConfBaseException
-
-    sections = list(typing.get_type_hints(Config))
-    env_name = OmegaConf.select(composed, "env.name")
-    try:
-        cfg = OmegaConf.merge(schema(env_name), OmegaConf.masked_copy(composed, sections))
-        for key, value in dict_values.items():
-            OmegaConf.update(cfg, key, value, merge=False)
-    except OmegaConfBaseException as e:
-        raise _composition_error(e, env_name) from None
-    from dreamer.runtime.dist import World
-
-    _validate(cfg, World.from_environment().size)
-    cfg.run.logdir = str(resolved_logdir(cfg))
-    OmegaConf.set_struct(cfg, True)
-    OmegaConf.set_readonly(cfg, True)
-    return cfg
-
-
 def schema(env_name: str) -> DictConfig:
     """The structured config of a run on ``env=<env_name>``: every section's dataclass,
     the env section that kind's settings (``dreamer/envs/registry.py``)."""
     node = OmegaConf.structured(Config)
     node.env = OmegaConf.structured(registry.settings(env_name))
     return node
-
-
-def saved(path: Path) -> DictConfig:
-    """A run directory's ``config.yaml`` typed by the schema (``dreamer.evaluate``); one
-    that does not fit it (another version's keys) is a ``ConfigError`` naming the key."""
-    from omegaconf.errors import OmegaConfBaseException
-
-    stored = OmegaConf.create(without_removed(OmegaConf.to_container(OmegaConf.load(path))))
-    env_name = OmegaConf.select(stored, "env.name")
-    try:
-        try:
-            return OmegaConf.merge(schema(env_name), stored)
-        except OmegaConfBaseException as e:
-            raise _composition_error(e, env_name) from None
-    except ConfigError as error:
-        raise ConfigError(f"{path}: not a config this dreamer reads ({error})") from None
-
-
-# Keys a resumed run may change; everything else must match the run directory's config.
-RESUMABLE_KEYS = (
-    "run.steps",
-    "run.logdir",
-    "run.resume",
-    "run.log_every",
-    "run.log_seconds",
-    "run.save_every",
-    "run.keep",
-    "run.save_failures",
-    "run.progress",
-    "run.gc_freeze",
-    "collector.sync_every",
-    "collector.push_timeout",
-    "collector.threads",
-    "collector.envs_per_worker",
-    "collector.pace",
-    "collector.worker_affinity",
-    *(f"collector.inference.{f.name}" for f in dataclasses.fields(InferenceConfig)),
-    "learner.threads",
-    "learner.device",
-    "learner.precision",
-    "learner.compile",
-    "learner.cudagraph",
-    *(f"eval.{f.name}" for f in dataclasses.fields(EvalConfig)),
-    "run.from_checkpoint",  # used when a run starts; a resume ignores them
-    "run.from_checkpoint_parts",
-    "logger.use",
-    *(f"logger.mlflow.{f.name}" for f in dataclasses.fields(MlflowConfig)),
-    *(f"logger.wandb.{f.name}" for f in dataclasses.fields(WandbConfig)),
-)
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
@@ -791,20 +419,6 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: node}
 
 
-def check_resume(saved: dict, cfg: DictConfig) -> None:
-    """Refuse to resume a run directory under a config that differs outside
-    ``RESUMABLE_KEYS``; the message names the first differing key."""
-    before = flatten(without_removed(saved))
-    after = flatten(OmegaConf.to_container(cfg))
-    for key in sorted(set(before) | set(after)):
-        if key in RESUMABLE_KEYS or before.get(key) == after.get(key):
-            continue
-        raise ConfigError(
-            f"{key}: cannot change on resume ({before.get(key)!r} -> {after.get(key)!r}); "
-            f"allowed to change: {', '.join(RESUMABLE_KEYS)}"
-        )
-
-
 def group_defaults(group: str, option: str) -> DictConfig:
     """What ``<group>=<option>`` (``env`` or ``model``) makes its section before an
     experiment preset or an override: the option's YAML over the section's schema (for
@@ -812,40 +426,3 @@ def group_defaults(group: str, option: str) -> DictConfig:
     preset = OmegaConf.load(CONF_DIR / group / f"{option}.yaml")
     cls = registry.settings(preset.name) if group == "env" else typing.get_type_hints(Config)[group]
     return OmegaConf.merge(OmegaConf.structured(cls), preset)
-
-
-def parse_args(
-    argv: list[str],
-    usage_text: str,
-    allowed: tuple[str, ...] | None = None,
-    positional: str | None = None,
-    cfg_flag: bool = False,
-) -> tuple[list[str], str | None]:
-    """The one command-line parser of train, evaluate and export: ``key=value``
-    overrides (of ``allowed`` keys only, when given; a bare word is ``positional=word``),
-    ``-h``/``--help`` (prints ``usage_text``, exits 0) and, with ``cfg_flag``, ``--cfg
-    job``. Returns (overrides, the --cfg value or None); a bad one is a ``ConfigError``."""
-    overrides, show = [], None
-    flags = "--cfg job, -h/--help" if cfg_flag else "-h/--help"
-    args = iter(argv)
-    for arg in args:
-        if arg in ("-h", "--help"):
-            print(usage_text)
-            sys.exit(0)
-        if cfg_flag and arg in ("--cfg", "-c"):
-            show = next(args, "")
-        elif cfg_flag and arg.startswith("--cfg="):
-            show = arg.split("=", 1)[1]
-        elif arg.startswith("-"):
-            raise ConfigError(f"{arg}: unknown flag; allowed: {flags}")
-        elif "=" not in arg and positional:
-            overrides.append(f"{positional}={arg}")
-        else:
-            overrides.append(arg)
-    if show not in (None, "job"):
-        raise ConfigError(f"--cfg: unknown option {show!r}; allowed: job")
-    for override in overrides if allowed is not None else []:
-        key = override.partition("=")[0]
-        if key not in allowed:
-            raise ConfigError(f"{key}: not a key of this command; allowed: {', '.join(allowed)}")
-    return overrides, show

@@ -18,7 +18,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from dreamer.agent.build import build_agent
-from dreamer.config import check_value, parse_args, saved
+from dreamer.command_line import check_value, parse_args
 from dreamer.data.replay import SequenceReplay, action_heads
 from dreamer.envs.make import describe_env, env_config
 from dreamer.errors import ConfigError
@@ -26,6 +26,7 @@ from dreamer.evaluation.render import RenderPool, pool_size
 from dreamer.evaluation.reports import report_folder, submit_reports
 from dreamer.evaluation.runner import EvalResult, EvalRunner
 from dreamer.runtime import checkpoint
+from dreamer.training.rundir import saved
 
 USAGE = (
     "usage: python -m dreamer.evaluate run.logdir=<dir> [eval.episodes=N] "

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from dreamer.agent.spaces import EnvSpaces, spaces_to_dict
-from dreamer.config import parse_args
+from dreamer.command_line import parse_args
 from dreamer.errors import ConfigError
 from dreamer.runtime import checkpoint
 from dreamer.serving.policy import Policy

@@ -16,9 +16,9 @@ from typing import Any, NamedTuple
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from dreamer.config import GROUPS, USAGE, Config, group_defaults, load, options, parse_args
+from dreamer.command_line import USAGE
+from dreamer.config import GROUPS, Config, group_defaults, options
 from dreamer.envs import registry
-from dreamer.errors import ConfigError
 from dreamer.schema import allowed, field_docs
 
 GENERATED = "<!-- the key tables below: python -m dreamer.key_reference (make docs) -->"
@@ -161,21 +161,6 @@ def markdown() -> str:
         lines += ["| key | default | allowed | meaning |", "|---|---|---|---|"]
         lines += [f"| `{k.key}` | {k.default} | {k.allowed} | {k.meaning} |" for k in keys]
     return "\n".join([GENERATED, *lines, "", END])
-
-
-def from_argv(argv: list[str]) -> DictConfig:
-    """``python -m dreamer.train``'s command line: overrides plus ``--cfg job`` / ``-h``;
-    user errors exit 2 with one line."""
-    try:
-        overrides, show = parse_args(argv, usage(), cfg_flag=True)
-        cfg = load(overrides)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    if show:
-        print(OmegaConf.to_yaml(cfg), end="")
-        sys.exit(0)
-    return cfg
 
 
 def write(path: str) -> None:

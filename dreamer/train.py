@@ -8,6 +8,7 @@ from dreamer.runtime.openmp import choose_wait_policy
 OPENMP = choose_wait_policy()
 
 import contextlib
+import copy
 import logging
 import shlex
 import shutil
@@ -16,15 +17,16 @@ import time
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf, read_write
 
 from dreamer.agent.spaces import spaces_to_dict
+from dreamer.command_line import load, parse_args
 from dreamer.data.collect import CollectorError, pace_mode, path_note
 from dreamer.data.replay import random_batch
 from dreamer.envs import registry
 from dreamer.errors import ConfigError
 from dreamer.evaluation.periodic import PeriodicEvaluation
-from dreamer.key_reference import from_argv
+from dreamer.key_reference import usage
 from dreamer.learning.learner import NonFiniteError, describe, learner_threads
 from dreamer.outputs import metric_keys
 from dreamer.outputs.logs import (
@@ -46,7 +48,7 @@ from dreamer.runtime.schedules import Clock
 from dreamer.runtime.signals import StopSignals
 from dreamer.runtime.timing import CpuSpeedNote, LoopTimers
 from dreamer.training.parts import build_parts
-from dreamer.training.rundir import make_run_dir, prepare_run_dir
+from dreamer.training.rundir import make_run_dir, prepare_run_dir, resolved_logdir
 
 log = logging.getLogger("dreamer")
 
@@ -67,7 +69,8 @@ def main(argv: list[str] | None = None, build=build_parts, cfg=None) -> int:
     try:
         device = world.device(cfg.learner.device)
         with process_group(world, device, cfg.learner.dist_timeout):
-            logdir = Path(world.broadcast_object(cfg.run.logdir))  # rank 0's default timestamp
+            logdir = Path(world.broadcast_object(str(resolved_logdir(cfg))))  # rank 0's
+            cfg = with_logdir(cfg, logdir)
             if world.main:
                 created = [p for p in (logdir, *logdir.parents) if not p.exists()]
                 make_run_dir(logdir)
@@ -100,76 +103,59 @@ def main(argv: list[str] | None = None, build=build_parts, cfg=None) -> int:
         return 1
 
 
+def from_argv(argv: list[str]) -> DictConfig:
+    """``python -m dreamer.train``'s command line: overrides plus ``--cfg job`` / ``-h``;
+    user errors exit 2 with one line."""
+    try:
+        overrides, show = parse_args(argv, usage(), cfg_flag=True)
+        cfg = load(overrides)
+        if show:  # as the run would save it: with the folder it would write to
+            print(OmegaConf.to_yaml(with_logdir(cfg, resolved_logdir(cfg))), end="")
+            sys.exit(0)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    return cfg
+
+
+def with_logdir(cfg: DictConfig, logdir: Path) -> DictConfig:
+    """The run's config as it saves it: ``run.logdir`` the folder it writes to."""
+    cfg = copy.deepcopy(cfg)
+    with read_write(cfg):
+        cfg.run.logdir = str(logdir)
+    return cfg
+
+
 def _ranked(world: World, error: Exception) -> str:
     return f"rank {world.rank}: {error}" if world.distributed else str(error)
 
 
 def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=build_parts) -> int:
     """The loop. ``build`` makes the run's parts (``dreamer.training.parts.build_parts``)."""
-    check_installed(cfg.logger.use)
-    pace = pace_mode(cfg.collector.pace, device.type == "cpu")
-    collectors = cfg.run.envs // cfg.collector.envs_per_worker + 1  # + the inference process
-    torch.set_num_threads(learner_threads(cfg.learner.threads, device, pace != "none", collectors))
-    parts = build(cfg, logdir, world, device, pace=pace)
-    parts.restore(cfg, resume, world)
-    agent, learner, replay, steps, collector = (
-        parts.agent,
-        parts.learner,
-        parts.replay,
-        parts.steps,
-        parts.collector,
-    )
+    parts, pace = set_up(cfg, logdir, resume, world, device, build)
+    learner, replay, steps, collector = parts.learner, parts.replay, parts.steps, parts.collector
+    policy = parts.agent.policy
     start = steps.env_steps
     if start >= cfg.run.steps:
         log.info("nothing to do: %d env steps already done (run.steps=%d)", start, cfg.run.steps)
         return 0
-    if world.main and (note := path_note(bool(parts.spaces.image_keys))):
-        log.info(note)  # a note on speed, not a problem with this run
-    writer = MetricsWriter.from_config(cfg, logdir) if world.main else None
-    log.info(
-        "training %s on %s (update: %s; learner: %d torch threads of %d usable cores, "
-        "OpenMP %s, malloc %s; collection pace while it updates: %s), logging to %s",
-        cfg.model.name,
-        registry.label(cfg.env),
-        describe(cfg.learner, learner.modes, device),
-        torch.get_num_threads(),
-        usable_cores(),
-        " ".join(f"{k}={v}" for k, v in OPENMP.items()) or "as the environment sets it",
-        "keeps freed memory" if keep_freed_memory() else "as glibc or the environment sets it",
-        pace,
-        logdir,
-    )
+    writer = announce(cfg, parts, pace, logdir, world, device)
     speed_note = CpuSpeedNote(cfg, world.main and device.type == "cpu", start)
     early, interrupted = estimate_at_start(speed_note, learner, parts.spaces, cfg, world)
     collector.start()
-    evaluation = None
-    if world.main and 0 < cfg.eval.every <= cfg.run.steps:  # an evaluation is due
-        evaluation = PeriodicEvaluation(cfg, logdir, parts, writer, start)
-        evaluation.resume(resume)
-        parts.registry.register("evaluation", evaluation)
-    # the layout Policy.load and warm starts need
+    evaluation = periodic_evaluation(cfg, logdir, parts, writer, resume, world)
     extras = {"config": OmegaConf.to_container(cfg), "spaces": spaces_to_dict(parts.spaces)}
     save = checkpoint.Saver(logdir, parts.registry, extras, cfg.run.keep, cfg.run.save_failures)
-    should_log = Clock.aligned(cfg.run.log_every, start)
-    last_row = (start, time.monotonic())  # env step and time of the last metrics row
+    should_log = RowClock(cfg.run.log_every, cfg.run.log_seconds, cfg.run.steps, start)
     should_save = Clock(cfg.run.save_every, time.monotonic())
     should_push = Clock.aligned(cfg.collector.sync_every, learner.updates)
-    losses, rates, timers = (
-        IntervalMeans(),
-        Rates(start, learner.updates),
-        LoopTimers(learner.updates),
-    )
+    losses, timers = IntervalMeans(), LoopTimers(learner.updates)
+    rates = Rates(start, learner.updates)
     progress = Progress(
-        cfg.run.steps,
-        start,
-        enabled=cfg.run.progress and world.main,
-        updates=learner.updates,
-        seconds_per_update=speed_note.started,
+        cfg.run.steps, start, cfg.run.progress and world.main, learner.updates, speed_note.started
     )
     alone = not world.distributed  # acts on its own stop signal at once; ranks at the lockstep
-    finished = False  # reached run.steps: a pending evaluation is waited for
-    failed_output = False  # a run output could not be written (a full disk)
-    stopping = False  # a stop signal reached some rank
+    finished = failed_output = stopping = False  # failed_output: a full disk
     try:
         with StopSignals() as stop, frozen_heap(freeze=cfg.run.gc_freeze) as gc_stats:
             stop.received = stop.received or early.received
@@ -193,35 +179,17 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
                         progress.update(env_steps, learner.updates)
                         if should_push(learner.updates):
                             with timers.phase("sync"):
-                                collector.push(agent.policy, cfg.collector.push_timeout)
+                                collector.push(policy, cfg.collector.push_timeout)
                         if alone and stop.received:
                             break
                 progress.update(env_steps, learner.updates)
                 if evaluation is not None:  # before the save: it holds the one now in flight
                     with timers.phase("eval"):
-                        evaluation(env_steps, agent.policy)
+                        evaluation(env_steps, policy)
                 with timers.phase("log"):
-                    overdue = time.monotonic() - last_row[1] >= cfg.run.log_seconds
-                    if world.main and (
-                        should_log(env_steps)
-                        or env_steps >= cfg.run.steps
-                        or (overdue and env_steps > last_row[0])
-                    ):
-                        last_row = (env_steps, time.monotonic())
-                        row = {
-                            "env_steps": env_steps,
-                            "updates": learner.updates,
-                            **rates(env_steps, learner.updates),
-                            "replay/size": len(replay),
-                            "policy_version": collector.policy_version,
-                            "learner/skipped": learner.optimizer.skipped,
-                            **metric_keys.logged(losses.flush()),
-                            **parts.episodes.flush(),
-                            **parts.relaunches.metrics(),
-                            **gc_stats.metrics(),
-                            **timers.flush(learner.updates),
-                        }
-                        writer.write(env_steps, row)
+                    if world.main and should_log(env_steps):
+                        row = {"env_steps": env_steps, **rates(env_steps, learner.updates)}
+                        writer.write(env_steps, row | metrics(parts, losses, gc_stats, timers))
                     if world.main and should_save(time.monotonic()):
                         save(env_steps)
                 stopping = stopping or (alone and bool(stop.received))
@@ -237,22 +205,112 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
         collector.shutdown()
         progress.close()
         saved = save.final(steps.env_steps) if world.main and not failed_output else True
-        if evaluation is not None:
-            evaluation.close(finished)
-        if writer is not None:
-            writer.close()
-        log.info(timers.summary())
+        close(evaluation, finished, writer, timers)
+    return outcome(saved, finished, stop.received, parts, logdir, world)
+
+
+def set_up(cfg, logdir: Path, resume: dict | None, world: World, device, build):
+    """The run's parts, built and restored from ``resume``, with the learner's threads
+    set for the collection pace it runs beside; returns (parts, pace)."""
+    check_installed(cfg.logger.use)
+    pace = pace_mode(cfg.collector.pace, device.type == "cpu")
+    collectors = cfg.run.envs // cfg.collector.envs_per_worker + 1  # + the inference process
+    torch.set_num_threads(learner_threads(cfg.learner.threads, device, pace != "none", collectors))
+    parts = build(cfg, logdir, world, device, pace=pace)
+    parts.restore(cfg, resume, world)
+    return parts, pace
+
+
+def announce(cfg, parts, pace: str, logdir: Path, world: World, device) -> MetricsWriter | None:
+    """The start line (what trains, how, where) and the collection's speed note; returns
+    the metrics writer (rank 0's)."""
+    if world.main and (note := path_note(bool(parts.spaces.image_keys))):
+        log.info(note)  # a note on speed, not a problem with this run
+    writer = MetricsWriter.from_config(cfg, logdir) if world.main else None
+    log.info(
+        "training %s on %s (update: %s; learner: %d torch threads of %d usable cores, "
+        "OpenMP %s, malloc %s; collection pace while it updates: %s), logging to %s",
+        cfg.model.name,
+        registry.label(cfg.env),
+        describe(cfg.learner, parts.learner.modes, device),
+        torch.get_num_threads(),
+        usable_cores(),
+        " ".join(f"{k}={v}" for k, v in OPENMP.items()) or "as the environment sets it",
+        "keeps freed memory" if keep_freed_memory() else "as glibc or the environment sets it",
+        pace,
+        logdir,
+    )
+    return writer
+
+
+def periodic_evaluation(cfg, logdir: Path, parts, writer, resume: dict | None, world: World):
+    """Rank 0's evaluations when one is due before ``run.steps``, checkpointed with the
+    run (the one in flight); None otherwise."""
+    if not (world.main and 0 < cfg.eval.every <= cfg.run.steps):
+        return None
+    evaluation = PeriodicEvaluation(cfg, logdir, parts, writer, parts.steps.env_steps)
+    evaluation.resume(resume)
+    parts.registry.register("evaluation", evaluation)
+    return evaluation
+
+
+class RowClock:
+    """When the loop writes a metrics row: every ``every`` env steps (aligned, so a
+    resumed run logs at the same steps), at ``run.steps``, and at new env steps once
+    ``seconds`` of wall time passed without one (a CPU run's first row was ~78 min away)."""
+
+    def __init__(self, every: int, seconds: float, end: int, start: int):
+        self.aligned, self.seconds, self.end = Clock.aligned(every, start), seconds, end
+        self.last = (start, time.monotonic())  # env step and time of the last row
+
+    def __call__(self, env_steps: int) -> bool:
+        overdue = time.monotonic() - self.last[1] >= self.seconds and env_steps > self.last[0]
+        if self.aligned(env_steps) or env_steps >= self.end or overdue:
+            self.last = (env_steps, time.monotonic())
+            return True
+        return False
+
+
+def metrics(parts, losses: IntervalMeans, gc_stats, timers: LoopTimers) -> dict:
+    """A metrics row's values besides the env step and the rates (docs/outputs.md)."""
+    learner = parts.learner
+    return {
+        "updates": learner.updates,
+        "replay/size": len(parts.replay),
+        "policy_version": parts.collector.policy_version,
+        "learner/skipped": learner.optimizer.skipped,
+        **metric_keys.logged(losses.flush()),
+        **parts.episodes.flush(),
+        **parts.relaunches.metrics(),
+        **gc_stats.metrics(),
+        **timers.flush(learner.updates),
+    }
+
+
+def close(evaluation, finished: bool, writer, timers: LoopTimers) -> None:
+    """After the loop: the evaluation (waited for when the run reached its end), the
+    metrics file, and where the loop's time went."""
+    if evaluation is not None:
+        evaluation.close(finished)
+    if writer is not None:
+        writer.close()
+    log.info(timers.summary())
+
+
+def outcome(saved: bool, finished: bool, received, parts, logdir: Path, world: World) -> int:
+    """The exit code and its line: done (0), stopped by a signal (REQUEUE_EXIT, a
+    ``stopped`` file saying at which step) or the final checkpoint lost (1)."""
     if not saved:
         log.error("the final checkpoint could not be written; a rerun resumes from the last one")
         return 1
+    env_steps = parts.steps.env_steps
     if not finished:
-        signal = stop.received or "(on another rank)"
-        message = f"stopped by signal {signal} at env step {steps.env_steps}"
+        message = f"stopped by signal {received or '(on another rank)'} at env step {env_steps}"
         if world.main:
             (logdir / signals.STOPPED_FILE).write_text(message + "\n")
         log.info("%s", message)
         return signals.REQUEUE_EXIT
-    log.info("done: %d env steps, %d updates", steps.env_steps, learner.updates)
+    log.info("done: %d env steps, %d updates", env_steps, parts.learner.updates)
     return 0
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from dreamer.agent.build import build_agent
-from dreamer.config import load
+from dreamer.command_line import load
 from dreamer.data.replay import random_batch
 from dreamer.learning.learner import Learner
 from tests.batches import MULTI_KEY

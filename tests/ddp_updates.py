@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from dreamer.agent.build import build_agent
-from dreamer.config import load
+from dreamer.command_line import load
 from dreamer.learning.learner import Learner
 from dreamer.runtime.dist import World, process_group
 from tests.batches import real_batch

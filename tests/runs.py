@@ -1,5 +1,6 @@
 """The real trainer from tests: start it, watch it, kill it, read what it wrote. The one
-set of process helpers for the run, kill, death and resume tests."""
+set of process helpers for the run, kill, death and resume tests; those a benchmark needs
+too (UNTIL_STOPPED, alive, descendants, ...) live in benchmarks/procs.py."""
 
 from __future__ import annotations
 
@@ -8,18 +9,23 @@ import json
 import os
 import re
 import signal
-import struct
 import subprocess
 import sys
 import time
-import zipfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from benchmarks.procs import (  # noqa: F401  (the tests import them from here)
+    UNTIL_STOPPED,
+    alive,
+    descendants,
+    fill,
+    flip_a_tensor_byte,
+    jsonl_rows,
+    mount_tmpfs,
+)
+
 ROOT = Path(__file__).resolve().parent.parent
-# A run that lasts until the test has done what it came to do, then stops it
-# (``Trainer.stop``): no machine is fast enough to finish it first.
-UNTIL_STOPPED = "run.steps=1000000000"
 # The one preset of the tests that run the trainer for its machinery, not its learning:
 # the smoke run on the cue task (no simulator), metrics rows every 100 env steps from
 # step 200, few updates (train ratio 4). Tests add what they are about.
@@ -203,34 +209,6 @@ def read_metrics(logdir: Path, which: str = "train", live: bool = False) -> list
     return [row for row in rows if ("eval/return" in row) == (which == "eval")]
 
 
-def jsonl_rows(path: Path) -> list[dict]:
-    """The rows of a JSON-lines file a run may still be writing or was killed writing
-    (none if it is not there yet; a torn line is left out)."""
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            pass
-    return rows
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live process below ``pid`` (Linux /proc)."""
-    found, queue = set(), [pid]
-    while queue:
-        for task in Path(f"/proc/{queue.pop()}/task").glob("*"):
-            try:
-                children = {int(child) for child in (task / "children").read_text().split()}
-            except OSError:  # it exited meanwhile
-                continue
-            queue += children - found
-            found |= children
-    return found
-
-
 def parent(pid: int) -> int:
     """Its parent's pid (0 once it is gone)."""
     try:
@@ -244,15 +222,6 @@ def command_line(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
     except OSError:
         return "?"
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie waiting to be reaped counts as gone)."""
-    try:
-        status = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return status.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def all_gone(pids: Iterable[int], timeout: float = 30) -> list[int]:
@@ -341,44 +310,6 @@ def ignores_usr1(pid: int) -> bool:
     """Is USR1 ignored or blocked in process ``pid`` (Linux /proc)?"""
     bit = 1 << (signal.SIGUSR1 - 1)
     return bool((signal_mask(pid, "SigIgn") | signal_mask(pid, "SigBlk")) & bit)
-
-
-def fill(folder: Path, leave: int = 0) -> Path:
-    """Writes ``folder/filler`` until the filesystem is full, then frees ``leave`` bytes."""
-    filler = folder / "filler"
-    with filler.open("wb") as handle:
-        with contextlib.suppress(OSError):
-            while True:
-                handle.write(b"\0" * (1 << 16))
-                handle.flush()
-        with contextlib.suppress(OSError):
-            handle.close()
-    if leave:
-        os.truncate(filler, max(filler.stat().st_size - leave, 0))
-    return filler
-
-
-def flip_a_tensor_byte(path: Path) -> None:
-    """One bit flipped in the middle of the largest tensor record of a checkpoint's zip
-    (stored, not compressed): the file still unpickles."""
-    with zipfile.ZipFile(path) as archive:  # tensor storages are the "<name>/data/<n>" records
-        tensors = [
-            info for info in archive.infolist() if info.filename.split("/")[-2:-1] == ["data"]
-        ]
-        record = max(tensors, key=lambda info: info.file_size)
-    with path.open("r+b") as handle:
-        handle.seek(record.header_offset + 26)  # the local header's name and extra lengths
-        name_length, extra_length = struct.unpack("<HH", handle.read(4))
-        middle = record.header_offset + 30 + name_length + extra_length + record.file_size // 2
-        handle.seek(middle)
-        byte = handle.read(1)[0]
-        handle.seek(middle)
-        handle.write(bytes([byte ^ 0x10]))
-
-
-def mount_tmpfs(path: Path, size: str) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
 
 
 @contextlib.contextmanager

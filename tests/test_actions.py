@@ -11,7 +11,7 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 from dreamer.agent.acting import env_action
 from dreamer.agent.build import build_agent, latent_sizes
 from dreamer.agent.spaces import spaces_from_env
-from dreamer.config import load
+from dreamer.command_line import load
 from dreamer.envs.make import action_note, make_env
 
 LOW, HIGH = np.array([0.0, -10.0], np.float32), np.array([5.0, 10.0], np.float32)

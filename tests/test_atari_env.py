@@ -6,7 +6,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from dreamer.config import load
+from dreamer.command_line import load
 from dreamer.envs.atari import ale_id
 from dreamer.envs.atari import make as make_atari
 from dreamer.envs.make import make_env

@@ -16,7 +16,7 @@ import torch
 from omegaconf import OmegaConf
 
 from dreamer.agent.build import latent_sizes
-from dreamer.config import load
+from dreamer.command_line import load
 from dreamer.data.collect import env_seeds, make_collector, path_note
 from dreamer.envs.make import describe_env, make_env
 
@@ -121,7 +121,7 @@ BUILD_AND_STEP = """
 import importlib, sys
 from omegaconf import OmegaConf
 from dreamer.agent.build import latent_sizes
-from dreamer.config import load
+from dreamer.command_line import load
 from dreamer.data import collect
 cfg = load(sys.argv[1:])
 env = OmegaConf.to_container(cfg.env)

@@ -51,7 +51,7 @@ def test_the_update_compiles_into_a_fixed_number_of_whole_graphs(behavior, preci
     from torch._dynamo.testing import CompileCounter
 
     from dreamer.agent.build import build_agent
-    from dreamer.config import load
+    from dreamer.command_line import load
     from dreamer.data.replay import random_batch
     from dreamer.learning.learner import Learner
     from tests.batches import MULTI_KEY

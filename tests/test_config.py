@@ -12,10 +12,12 @@ import torch
 import yaml
 from omegaconf import OmegaConf
 
-from dreamer.config import CONF_DIR, load, resolved_logdir
+from dreamer.command_line import load
+from dreamer.config import CONF_DIR
 from dreamer.errors import ConfigError
 from dreamer.learning.learner import cpu_has_bf16
 from dreamer.runtime.dist import World
+from dreamer.training.rundir import resolved_logdir
 from tests.runs import forked_runs
 
 SECTIONS = {"env", "model", "run", "replay", "collector", "learner", "eval", "logger"}
@@ -46,7 +48,7 @@ def test_defaults_follow_the_dreamerv3_recipe():
     assert (cfg.model.stoch, cfg.model.blocks, cfg.model.bins) == (32, 8, 255)
     assert (cfg.replay.batch, cfg.replay.length, cfg.run.train_ratio) == (16, 64, 512)
     assert cfg.learner.lr == 4e-5 and cfg.learner.horizon == 15
-    assert cfg.learner.slow_critic == 0.02
+    assert cfg.learner.slow_critic_rate == 0.02
     # agent.loss_scales, dyn.rssm.free_nats, imag_loss.slowreg and imag_last
     official = {"rec": 1, "rew": 1, "con": 1, "dyn": 1, "rep": 0.1, "policy": 1, "value": 1}
     assert cfg.learner.loss_scales == {**official, "repval": 0.3}
@@ -62,12 +64,38 @@ def test_imag_last_1_is_allowed_without_the_replay_value_term():
 
 
 def test_a_preset_setting_a_removed_key_gets_one_line_naming_what_replaced_it():
-    from dreamer.config import finish
+    from dreamer.command_line import finish
 
     composed = OmegaConf.create(OmegaConf.to_container(load([])))
     composed.learner.rollout = "fused"  # as an experiment preset of an earlier version
     with pytest.raises(ConfigError, match=r"^learner.rollout: removed: .*learner.compile"):
         finish(composed)
+
+
+def test_a_renamed_key_works_by_its_old_name_with_one_line_naming_the_new():
+    """learner.slow_critic (an EMA rate beside slowreg, a weight) is slow_critic_rate: the
+    old name on a command line is read as the new one, with a note; a run directory
+    saved under the old name resumes, and a changed value is still refused."""
+    from dreamer.training.rundir import check_resume
+
+    shown = subprocess.run(
+        [sys.executable, "-m", "dreamer.train", "--cfg", "job", "learner.slow_critic=0.05"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert yaml.safe_load(shown.stdout)["learner"]["slow_critic_rate"] == 0.05
+    assert shown.stderr.strip() == (
+        "note: learner.slow_critic is now learner.slow_critic_rate; read as that"
+    )
+    cfg = load([])
+    old = OmegaConf.to_container(cfg)
+    old["learner"]["slow_critic"] = old["learner"].pop("slow_critic_rate")
+    check_resume(old, cfg)  # the same run: resumes
+    old["learner"]["slow_critic"] = 0.05
+    with pytest.raises(ConfigError, match=r"^learner.slow_critic_rate: cannot change"):
+        check_resume(old, cfg)
 
 
 def test_result_is_read_only_and_struct():
@@ -128,11 +156,16 @@ def test_gym_env_with_registered_id():
     assert (cfg.env.name, cfg.env.id, cfg.env.length) == ("gym", "Acrobot-v1", 0)
 
 
-def test_derived_logdir():
-    cfg = load(["env=cartpole"])
-    assert re.fullmatch(r"runs/cartpole/\d{8}-\d{6}", cfg.run.logdir)
-    assert resolved_logdir(cfg) == Path(cfg.run.logdir)
-    assert load(["run.logdir=/tmp/somewhere"]).run.logdir == "/tmp/somewhere"
+def test_derived_logdir(tmp_path, monkeypatch):
+    """Loading a config reads no run directory: run.logdir stays unset until the run
+    resolves it (a new timestamped folder of the env's)."""
+    monkeypatch.chdir(tmp_path)  # no runs/ here: nothing to resume
+    cfg = load(["env=cartpole", "run.resume=latest"])  # looked, it raised here
+    assert cfg.run.logdir is None
+    with pytest.raises(ConfigError, match="no run under runs/cartpole/"):
+        resolved_logdir(cfg)
+    assert re.fullmatch(r"runs/cartpole/\d{8}-\d{6}", str(resolved_logdir(load(["env=cartpole"]))))
+    assert resolved_logdir(load(["run.logdir=/tmp/somewhere"])) == Path("/tmp/somewhere")
 
 
 def test_a_gym_runs_folder_names_its_env_and_resume_reads_the_old_layout(tmp_path, monkeypatch):
@@ -140,8 +173,8 @@ def test_a_gym_runs_folder_names_its_env_and_resume_reads_the_old_layout(tmp_pat
     finds this id's unfinished runs there and in the old runs/gym/<ts>/ (by config.yaml),
     never another id's."""
     monkeypatch.chdir(tmp_path)
-    cfg = load(["env=gym", "env.id=tests.faulty_env:Faulty-v0"])
-    assert re.fullmatch(r"runs/gym/tests\.faulty_env_Faulty-v0/\d{8}-\d{6}", cfg.run.logdir)
+    logdir = resolved_logdir(load(["env=gym", "env.id=tests.faulty_env:Faulty-v0"]))
+    assert re.fullmatch(r"runs/gym/tests\.faulty_env_Faulty-v0/\d{8}-\d{6}", str(logdir))
 
     def run(folder: str, env_id: str, step: int) -> Path:
         path = tmp_path / "runs" / "gym" / folder
@@ -153,11 +186,12 @@ def test_a_gym_runs_folder_names_its_env_and_resume_reads_the_old_layout(tmp_pat
     resume = ["env=gym", "env.id=Pendulum-v1", "run.resume=latest", "run.steps=1000"]
     old = run("20260101-000000", "Pendulum-v1", 100)
     run("20260102-000000", "Acrobot-v1", 100)  # newer, another id's
-    assert Path(load(resume).run.logdir).resolve() == old.resolve()
+    assert resolved_logdir(load(resume)).resolve() == old.resolve()
     new = run("Pendulum-v1/20260103-000000", "Pendulum-v1", 200)
-    assert Path(load(resume).run.logdir).resolve() == new.resolve()
+    assert resolved_logdir(load(resume)).resolve() == new.resolve()
+    acrobot = load(["env=gym", "env.id=Acrobot-v1", "run.resume=latest", "run.steps=100"])
     with pytest.raises(ConfigError, match="no run under runs/gym/Acrobot-v1/"):
-        load(["env=gym", "env.id=Acrobot-v1", "run.resume=latest", "run.steps=100"])
+        resolved_logdir(acrobot)
 
 
 def test_minedojo_preset(monkeypatch):
@@ -276,7 +310,7 @@ BAD = [
 # paid the imports once (70 interpreters at once starve 2 cores past any sane timeout;
 # one after another they cost minutes)
 PRELUDE = """
-from dreamer.config import load
+from dreamer.command_line import load
 load([])  # what validation imports
 for module in ("dreamer.envs.dmc", "dreamer.envs.atari"):
     try:

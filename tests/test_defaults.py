@@ -14,7 +14,8 @@ from omegaconf import MISSING, OmegaConf
 from dreamer import config
 from dreamer.config import CONF_DIR
 from dreamer.envs import registry
-from dreamer.key_reference import from_argv, shown
+from dreamer.key_reference import shown
+from dreamer.train import from_argv
 
 
 def shown_as(value) -> str:

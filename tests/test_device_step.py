@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from dreamer.agent.build import build_agent
-from dreamer.config import load
+from dreamer.command_line import load
 from dreamer.data.replay import random_batch
 from dreamer.learning.learner import Learner
 from tests.batches import real_batch

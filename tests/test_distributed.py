@@ -11,7 +11,7 @@ import torch
 import yaml
 from omegaconf import OmegaConf
 
-from dreamer.config import load
+from dreamer.command_line import load
 from dreamer.runtime import checkpoint
 from tests.runs import read_metrics, run_module
 

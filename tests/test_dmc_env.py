@@ -9,7 +9,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from dreamer.config import load
+from dreamer.command_line import load
 from dreamer.envs.dmc import SKYBOX, DMCEnv, choose_gl_backend, split_task
 from dreamer.envs.make import make_env
 from dreamer.errors import ConfigError

@@ -16,7 +16,9 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from dreamer import config, export
+from dreamer.command_line import load
 from dreamer.errors import ConfigError
+from dreamer.training.rundir import RESUMABLE_KEYS
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -74,7 +76,7 @@ def documented(pattern: re.Pattern) -> dict[str, list[str]]:
 
 
 def leaf_keys() -> set[str]:
-    return set(config.flatten(OmegaConf.to_container(config.load([]))))
+    return set(config.flatten(OmegaConf.to_container(load([]))))
 
 
 def test_every_documented_make_target_exists():
@@ -90,7 +92,7 @@ def key_exists(key: str, wildcard: bool) -> bool:
     if key.startswith("env."):  # any env kind's key (dreamer/envs/*.py's Settings)
         return key.count(".") == 1 and key.split(".")[1] in config._env_keys(None)
     try:
-        kind = config._schema_type(key)
+        kind = config.schema_type(key)
     except ConfigError:
         return False
     return dataclasses.is_dataclass(kind) or not wildcard
@@ -155,7 +157,7 @@ def test_the_readme_lists_exactly_the_keys_a_resume_may_change():
         assert named and named <= leaves, name
         before = bullet[: match.start()].rstrip()
         (excluded if before.endswith(" but") else keys).update(named)
-    assert keys - excluded == set(config.RESUMABLE_KEYS)
+    assert keys - excluded == set(RESUMABLE_KEYS)
 
 
 def test_the_readme_layout_is_the_layers_order():
@@ -228,7 +230,7 @@ def test_the_cpu_runs_length_is_said_once_as_measured():
         "docs/envs.md": (DOC / "envs.md").read_text(),
         "the preset": (ROOT / "conf/experiment/dmc_proprio_cpu.yaml").read_text(),
     }
-    crafter = config.load(["run.steps=1000000"])
+    crafter = load(["run.steps=1000000"])
     places["the start note"] = CpuSpeedNote(crafter, True).note(5.0, "timed")
     others = re.compile(r"half an hour|an hour|~1 h\b|\d+-\d+ min")
     for place, text in places.items():
@@ -286,7 +288,7 @@ def test_every_name_the_docs_place_in_a_file_is_defined_there():
         for match in NAMED_IN.finditer(doc.read_text()):
             path, name = (match[1], match[2]) if match[1] else (match[4], match[3])
             named.append((doc.relative_to(ROOT).as_posix(), path, name))
-    assert ("docs/reliability.md", "dreamer/config.py", "RESUMABLE_KEYS") in named
+    assert ("docs/reliability.md", "dreamer/training/rundir.py", "RESUMABLE_KEYS") in named
     for doc, path, name in named:
         source = (ROOT / path).read_text()
         defined = rf"^\s*(?:def |class )?{name}\b\s*[(:=]"
@@ -333,7 +335,7 @@ def test_every_key_is_documented_and_its_default_is_what_a_run_gets():
     for option in [None, *config.options("env")]:
         overrides = [f"env={option}"] if option else []
         overrides += ["env.id=Acrobot-v1"] if option == "gym" else []  # gym has no default id
-        run = config.flatten(OmegaConf.to_container(config.load(overrides)))
+        run = config.flatten(OmegaConf.to_container(load(overrides)))
         for key, value in run.items():
             if key == "env.name" or key.startswith("model."):
                 continue
@@ -364,7 +366,7 @@ def test_help_prints_every_key_with_its_default_meaning_and_allowed_values():
 
 def test_the_minedojo_keys_defaults_are_what_env_minedojo_gets():
     text = section((DOC / "envs.md").read_text(), "## MineDojo")
-    env = OmegaConf.to_container(config.load(["env=minedojo"]).env)
+    env = OmegaConf.to_container(load(["env=minedojo"]).env)
     documented = dict(re.findall(r"`env\.(\w+)`\s+\((\d+)", text))
     assert {"max_steps", "image_size", "launch_timeout"} <= set(documented)
     for key, value in documented.items():

@@ -23,7 +23,7 @@ def test_every_kind_has_a_yaml_a_settings_class_and_a_maker_and_nothing_else_doe
     assert set(yamls) == set(registry.KINDS)
     for name, preset in yamls.items():
         assert preset.name == name
-        module = registry.module(name)
+        module = registry.kind(name).adapter
         assert issubclass(module.Settings, EnvSettings) and callable(module.make)
         keys = {item.name for item in dataclasses.fields(module.Settings)}
         assert set(preset) <= keys, f"conf/env/{name}.yaml: {set(preset) - keys}"
@@ -50,8 +50,9 @@ def test_no_module_outside_envs_compares_with_an_env_kind_name():
 def test_a_saved_config_with_another_kinds_env_key_is_one_line(tmp_path):
     """A run directory's config.yaml from before the registry (every env's keys under
     env) is refused in one line naming the file and the key, not a traceback."""
-    from dreamer.config import load, saved
+    from dreamer.command_line import load
     from dreamer.errors import ConfigError
+    from dreamer.training.rundir import saved
 
     stored = OmegaConf.to_container(load(["experiment=smoke"]))
     OmegaConf.save(stored, tmp_path / "config.yaml")

@@ -11,7 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from dreamer.agent.build import build_agent
-from dreamer.config import load
+from dreamer.command_line import load
 from dreamer.envs.make import describe_env, env_config
 from dreamer.evaluation.runner import EvalRunner
 

@@ -11,7 +11,7 @@ from torchrl.modules.models.model_based import (
 
 from dreamer.agent.build import build_agent
 from dreamer.agent.scans import two_hot_cross_entropy
-from dreamer.config import load
+from dreamer.command_line import load
 from dreamer.data.replay import random_batch
 from dreamer.learning.learner import Learner
 from tests.batches import MASKED, MULTI_KEY, real_batch
@@ -107,7 +107,7 @@ def test_a_checkpoint_of_the_two_rollout_version_resumes(tmp_path):
     in the saved config: the config resumes and the learner loads every tensor."""
     from omegaconf import OmegaConf
 
-    from dreamer.config import check_resume, saved
+    from dreamer.training.rundir import check_resume, saved
 
     cfg = load(["experiment=smoke", "env=cartpole"])
     spaces, batch = real_batch(cfg, cfg.replay.batch, cfg.replay.length)

@@ -49,19 +49,17 @@ def test_dry_run_passes_and_fits_the_limits(wheels, tmp_path):
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "pip resolves the project offline for cp312" in done.stdout
     report = json.loads((out / "gpu.json").read_text())
-    steps = {"modes", "roof", "learner-tiny-2x8", "loss_equal", "trainer", "atari", "collect"}
-    steps |= {"filelock", "gc_freeze"}
+    steps = {"modes", "learner-tiny-2x8", "trainer", "atari", "collect"}
     assert {name: row["status"] for name, row in report["steps"].items()} == dict.fromkeys(
         steps, "ok"
     )
     assert report["dry_run"] and report["device"].startswith("cpu")
     modes = report["learner"]["tiny/2x8"]["modes"]
-    assert set(modes) == {"torchrl_eager", "ours"}
+    assert set(modes) == {"ours", "fewer_starts"}
     assert all(mode["updates_per_s"] > 0 and mode["tflops"] > 0 for mode in modes.values())
     assert report["trainer"]["updates"] >= 10 and report["trainer"]["loss_finite"]
     assert report["atari"]["env_steps"] == 96 and report["atari"]["loss_finite"]
     assert report["collect"]["crafter"]["chunk64"] > 0
-    assert report["loss_equal"]["equal"] and set(report["loss_equal"]["modes"]) == {"fp32"}
     assert sorted(p.name for p in out.iterdir()) == ["gpu.json", "log.txt", "summary.md"]
 
 

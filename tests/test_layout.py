@@ -16,7 +16,7 @@ LAYERS = [
     {"dreamer.runtime"},
     {"dreamer.agent"},
     {"dreamer.envs"},
-    {"dreamer.config", "dreamer.key_reference"},
+    {"dreamer.config", "dreamer.command_line", "dreamer.key_reference"},
     {"dreamer.outputs"},
     {"dreamer.data", "dreamer.learning", "dreamer.serving"},
     {"dreamer.evaluation"},
@@ -69,7 +69,8 @@ def test_every_module_sits_in_a_layer_and_imports_no_layer_above_its_own():
 def test_the_package_top_holds_only_the_commands_the_config_and_the_errors():
     top = {path.stem for path in PACKAGE.glob("*.py")}
     commands = {"__init__", "train", "evaluate", "export"}
-    assert top == commands | {"config", "key_reference", "errors", "schema", "torchrl_compat"}
+    rooms = {"config", "command_line", "key_reference", "errors", "schema", "torchrl_compat"}
+    assert top == commands | rooms
     for folder in (p for p in PACKAGE.iterdir() if (p / "__init__.py").exists()):
         docstring = ast.get_docstring(ast.parse((folder / "__init__.py").read_text()))
         assert docstring, f"{folder.name}/__init__.py says what the folder holds"
@@ -91,3 +92,22 @@ def test_the_wheel_lists_every_folder_of_the_package():
     }
     assert listed == folders | presets
     assert project["tool"]["setuptools"]["package-dir"] == {"dreamer.conf": "conf"}
+
+
+def test_nothing_in_benchmarks_imports_the_tests():
+    """benchmarks/ answers users' questions from the package alone: what a benchmark and
+    a test both need lives once, where the benchmark can import it (tests may import
+    from benchmarks/, never the other way round)."""
+    scripts = sorted((PACKAGE.parent / "benchmarks").rglob("*.py"))
+    assert len(scripts) > 10
+    found = []
+    for path in scripts:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            found += [f"{path.name}: {n}" for n in names if n == "tests" or n.startswith("tests.")]
+    assert not found, "\n".join(found)

@@ -7,7 +7,7 @@ import torch
 from omegaconf import OmegaConf
 
 from dreamer.agent.build import build_agent
-from dreamer.config import load
+from dreamer.command_line import load
 from dreamer.data.replay import random_batch
 from dreamer.envs.make import make_env
 from dreamer.errors import ConfigError
@@ -278,7 +278,7 @@ import resource, sys, torch
 if sys.argv[1] == "learner":
     from dreamer.agent.build import build_agent
     from dreamer.agent.spaces import EnvSpaces, ObsKey
-    from dreamer.config import load
+    from dreamer.command_line import load
     from dreamer.learning.learner import Learner
     cfg = load(["experiment=smoke", "env=cartpole"])
     spaces = EnvSpaces((ObsKey("observation", (4,), "vector"),), 2, discrete=True)

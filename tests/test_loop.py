@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from dreamer import train
-from dreamer.config import load
+from dreamer.command_line import load
 from dreamer.runtime import checkpoint
 from dreamer.runtime.dist import World
 from dreamer.training.parts import build_parts

@@ -7,7 +7,8 @@ import torch
 from torchrl.trainers.algorithms import DreamerV3OptimizationStepper
 
 from dreamer.agent.build import build_agent
-from dreamer.config import LossScales, load
+from dreamer.command_line import load
+from dreamer.config import LossScales
 from tests.batches import real_batch
 from tests.ddp_updates import same_draws
 from tests.torchrl_reference import TorchrlReference

@@ -13,7 +13,7 @@ from dreamer.agent.build import build_acting, build_agent, latent_sizes
 from dreamer.agent.cnn import PoolingImageEncoder, UpsamplingImageDecoder
 from dreamer.agent.networks import CNN_MULTS, MultiDecoder, MultiEncoder
 from dreamer.agent.spaces import EnvSpaces, ObsKey
-from dreamer.config import load
+from dreamer.command_line import load
 from dreamer.envs.make import make_env
 from dreamer.learning.learner import Learner
 from dreamer.serving.policy import acting_weights

@@ -315,7 +315,7 @@ def acting_collector(
     from omegaconf import OmegaConf
 
     from dreamer.agent.build import latent_sizes
-    from dreamer.config import load
+    from dreamer.command_line import load
     from dreamer.envs.make import describe_env
 
     cfg = load(["experiment=cue", "run.envs=2", *overrides])

@@ -86,16 +86,8 @@ def test_a_valid_source_passes_validation(tmp_path):
     result = venvs(tmp_path, "--official-src", str(source), "--dry-run")
     assert result.returncode == 0, result.stderr
     assert f"(OFFICIAL_SRC={source.resolve()})" in result.stdout
-    assert str(tmp_path / ".venv-peers" / "sheeprl") in result.stdout
+    assert str(tmp_path / ".venv-peers" / "official") in result.stdout
     assert not (tmp_path / ".venv-peers").exists()
-
-
-def test_sheeprl_alone_does_not_need_the_source(tmp_path):
-    result = venvs(tmp_path, "--only", "sheeprl", "--dry-run")
-    assert result.returncode == 0, result.stderr
-    assert "sheeprl" in result.stdout and "official" not in result.stdout
-    # while the official venv does
-    refused(venvs(tmp_path, "--only", "official", "--dry-run"), tmp_path)
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from dreamer.config import load
+from dreamer.command_line import load
 from dreamer.runtime import checkpoint
 from tests.runs import ROOT, read_metrics, run_trainer
 

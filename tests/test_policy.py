@@ -16,10 +16,11 @@ import torch
 from omegaconf import OmegaConf
 from tensordict.nn import InteractionType, set_interaction_type
 
-from dreamer import Policy, config
+from dreamer import Policy
 from dreamer.agent.acting import env_action
 from dreamer.agent.build import build_agent, latent_sizes
 from dreamer.agent.spaces import spaces_to_dict
+from dreamer.command_line import load
 from dreamer.envs.make import describe_env, env_config, make_env
 from dreamer.export import main as export_main
 from dreamer.runtime import checkpoint
@@ -68,7 +69,7 @@ def untrained_run(logdir: Path, kind: str):
     """A run directory whose checkpoint holds a freshly built tiny agent (no training:
     these tests are about the acting path, not what was learned). Returns the agent
     and the env config node."""
-    cfg = config.load(["model=tiny", *ENVS[kind][0], f"run.logdir={logdir}"])
+    cfg = load(["model=tiny", *ENVS[kind][0], f"run.logdir={logdir}"])
     env = env_config(OmegaConf.to_container(cfg.env), logdir)
     spaces, _ = describe_env(env, 0)
     torch.manual_seed(5)

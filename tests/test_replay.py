@@ -146,7 +146,7 @@ def test_steps_written_after_the_checkpoint_leave_its_steps_whole(storage, tmp_p
 def test_random_batch_has_the_layout_of_a_real_sample(overrides):
     """The start estimate times an update on ``random_batch``: a compiled update must not
     recompile for the real samples (same keys, dtypes and shapes)."""
-    from dreamer.config import load
+    from dreamer.command_line import load
     from dreamer.data.replay import random_batch
     from tests.batches import real_batch
 

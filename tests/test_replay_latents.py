@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from dreamer.agent.build import build_agent, latent_sizes
 from dreamer.agent.spaces import spaces_from_env
-from dreamer.config import load
+from dreamer.command_line import load
 from dreamer.data.replay import ENV_INDEX, SequenceReplay
 from dreamer.envs.make import make_env
 from dreamer.learning.learner import Learner, cpu_has_bf16

@@ -4,7 +4,7 @@ import numpy as np
 import torch
 
 from dreamer.agent.build import build_agent
-from dreamer.config import load
+from dreamer.command_line import load
 from dreamer.evaluation.reports import open_loop
 from tests.batches import real_batch
 

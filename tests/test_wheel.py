@@ -14,7 +14,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from dreamer.config import load
+from dreamer.command_line import load
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = (

@@ -2,7 +2,7 @@
 loss (``DreamerLoss.forward``) is held equal to, term by term and gradient by gradient.
 
 torchrl's ``DreamerV3Loss.forward`` composed as the official agent, as ``DreamerLoss``
-composes it: every term unweighted by torchrl and weighed by ``dreamer_v3_loss``, and
+composes it: every term unweighted by torchrl and weighed by ``weighted_terms``, and
 imagination from the last ``imag_last`` steps of every sequence."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
-from dreamer.agent.loss import dreamer_v3_loss, finite_starts, imagined_steps
+from dreamer.agent.loss import finite_starts, imagined_steps, weighted_terms
 
 
 class TorchrlReference(nn.Module):
@@ -57,7 +57,7 @@ class TorchrlReference(nn.Module):
         )
         actor_losses, imagined = loss.actor_loss(actor_input)
         value_losses, _ = loss.value_loss(imagined.detach())
-        if loss.replay_value_loss_weight:
+        if loss.learns_replay_value:
             value_keys = loss.value_loss.tensor_keys
             replay_features = starts.select(*loss.value_loss.value_model.in_keys)
             replay_features.set(
@@ -84,7 +84,7 @@ class TorchrlReference(nn.Module):
             "value": value_losses.get("loss_value"),
             "repval": replay_value,
         }
-        result = TensorDict(dreamer_v3_loss(terms, loss.scales), [])
+        result = TensorDict(weighted_terms(terms, loss.scales), [])
         result.update(actor_losses.exclude("loss_actor"))
         result.update(value_losses.exclude("loss_value"))
         result.set("replay_value", replay_value.detach())

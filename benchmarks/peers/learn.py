@@ -1,27 +1,12 @@
 """DMC proprio learning runs side by side: ours and the official DreamerV3, one protocol.
 
     python benchmarks/peers/learn.py --task cartpole_balance --impls ours --seeds 0 1 2
-    python benchmarks/peers/learn.py --task reacher_easy --impls official --seeds 0 1
     python benchmarks/peers/learn.py --task cartpole_balance --reuse   # table and plot only
 
-Both train at ``experiment=dmc_proprio_cpu`` (the official ``dmc_proprio`` settings at a
-CPU train ratio and budget): the official's flags are derived from that preset (train
-ratio, env count, batch, length, steps, seed, repeat 1, the suite's time limit,
-proprio only, size1m), so the two cannot drift apart. The official runs its own
-``dreamerv3/main.py`` from ``.venv-peers/official`` (``make peers OFFICIAL_SRC=...``) with
-``jax.compute_dtype=float32`` (its default bfloat16 is ~2x slower on this CPU). Runs go
-one at a time by default (``--parallel N`` for more), each in
-``runs/peers/<task>/<impl>-seed<n>``; a rerun resumes an unfinished run and reuses a
-finished one.
-
-Recorded per run: the training-episode returns of the stochastic policy (the metric of
-the official score files) as ``[env_step, mean return, episodes]`` rows, for ours also the
-greedy evaluation returns (``eval.every``), the wall time, the load average around the
-run (was the machine otherwise idle?) and the command. ``benchmarks/results/
-peers_learn_<task>.json`` keeps every run recorded so far (runs of several sessions add
-up), ``peers_learn_<task>.png`` overlays every run's curve with the official score
-file's (its own protocol: 12M model, train ratio 512, repeat 2; for reference only).
-Bad input (unknown task, a peer not built) exits 2 with one line.
+Both train at ``experiment=dmc_proprio_cpu``, the official's ``dreamerv3/main.py`` flags
+derived from that preset. Runs go in ``runs/peers/<task>/<impl>-seed<n>`` (a rerun resumes
+or reuses them); their training-episode returns, ours' greedy evaluations, wall time,
+load and CPU add up in ``benchmarks/results/peers_learn_<task>.{json,png}``.
 """
 
 from __future__ import annotations
@@ -44,9 +29,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.peers.update import machine  # noqa: E402
-from dreamer.config import load  # noqa: E402
+from benchmarks.procs import jsonl_rows  # noqa: E402
+from dreamer.command_line import load  # noqa: E402
 from dreamer.errors import ConfigError  # noqa: E402
-from tests.runs import jsonl_rows  # noqa: E402
 
 PRESET = "experiment=dmc_proprio_cpu"
 RESULTS = ROOT / "benchmarks" / "results"
@@ -128,15 +113,11 @@ def at_budget(curve: list[list[float]], steps: int) -> float | None:
 
 
 def commit() -> str:
-    """This tree's commit, ``+`` where it has uncommitted changes."""
-
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
-        return done.stdout.strip()
-
-    return git("rev-parse", "--short", "HEAD") + (
-        "+" if git("status", "--porcelain", "dreamer") else ""
-    )
+    """This tree's commit, ``+`` where dreamer/ has uncommitted changes."""
+    git = ["git", "-C", str(ROOT)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run([*git, "status", "--porcelain", "dreamer"], capture_output=True)
+    return head.stdout.strip() + ("+" if dirty.stdout.strip() else "")
 
 
 def finished(impl: str, logdir: Path, steps: int) -> bool:
@@ -166,20 +147,13 @@ def run(impl: str, task: str, seed: int, steps: int, runs: Path, reuse: bool) ->
         if done.returncode != 0:
             raise RuntimeError(f"{impl} seed {seed} exited with {done.returncode}: see {log.name}")
         (logdir / "done").touch()
-        info.write_text(
-            json.dumps(
-                {
-                    "wall_s": round(wall, 1),
-                    "load_before": load_before,
-                    "load_after": os.getloadavg()[0],
-                    "date": datetime.date.today().isoformat(),
-                    "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-                    "cpu": machine()["cpu"],  # machines differ between sessions
-                }
-                # ours' code: its speed changes between commits
-                | ({"commit": commit()} if impl == "ours" else {})
-            )
-        )
+        ran = {"wall_s": round(wall, 1), "load_before": load_before}
+        ran |= {"load_after": os.getloadavg()[0], "date": datetime.date.today().isoformat()}
+        ran |= {"machine": f"{platform.machine()}, {os.cpu_count()} cores"}
+        ran |= {"cpu": machine()["cpu"]}  # machines differ between sessions
+        if impl == "ours":  # ours' code: its speed changes between commits
+            ran["commit"] = commit()
+        info.write_text(json.dumps(ran))
     record |= json.loads(info.read_text()) if info.exists() else {}
     record["training_returns"] = training_returns(impl, logdir)
     record["eval_returns"] = eval_returns(impl, logdir)
@@ -287,11 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=RESULTS, help="JSON and PNG folder")
     args = parser.parse_args(argv)
     try:
-        known = SCORES["dmc_proprio"]["table_500k"]["scores"]
-        if args.task not in known:
-            raise ConfigError(
-                f"--task: no DMC proprio task {args.task!r}; known: {', '.join(known)}"
-            )
+        known = ", ".join(SCORES["dmc_proprio"]["table_500k"]["scores"])
+        if args.task not in SCORES["dmc_proprio"]["table_500k"]["scores"]:
+            raise ConfigError(f"--task: no DMC proprio task {args.task!r}; known: {known}")
         unknown = sorted(set(args.impls) - set(IMPLS))
         if unknown:
             raise ConfigError(f"--impls: unknown {', '.join(unknown)}; known: {', '.join(IMPLS)}")
@@ -311,16 +283,11 @@ def main(argv: list[str] | None = None) -> int:
     result = json.loads(path.read_text()) if path.exists() else {"task": args.task, "runs": {}}
     jobs = [(impl, seed) for impl in args.impls for seed in args.seeds]
     with concurrent.futures.ThreadPoolExecutor(max(args.parallel, 1)) as pool:
-        futures = {
-            pool.submit(run, impl, args.task, seed, steps, args.runs, args.reuse): (impl, seed)
-            for impl, seed in jobs
-        }
-        for future in concurrent.futures.as_completed(futures):
-            record = future.result()
+        futures = [pool.submit(run, i, args.task, s, steps, args.runs, args.reuse) for i, s in jobs]
+        for record in (f.result() for f in concurrent.futures.as_completed(futures)):
             if record is not None:
                 result["runs"][f"{record['impl']}-seed{record['seed']}"] = record
-    result["preset"] = PRESET
-    result["parallel"] = args.parallel
+    result |= {"preset": PRESET, "parallel": args.parallel}
     result["summary"] = summary(result["runs"], steps)
     args.results.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n")

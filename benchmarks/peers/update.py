@@ -1,47 +1,19 @@
-"""One DreamerV3 training update in three implementations, timed in the same window.
+"""One DreamerV3 training update, ours and the official's, timed in the same window.
 
     .venv/bin/python benchmarks/peers/update.py [--obs vector image] [--threads 1 2]
-        [--updates 10] [--warmup 2] [--quick] [--impls ours official sheeprl]
+        [--updates 10] [--warmup 2] [--quick] [--impls ours official]
         [--ours-modes eager compiled] [--official-dtypes float32 bfloat16]
         [--no-strided] [--json PATH] [--logs DIR]
 
-The update: size1m, a synthetic batch of 16 x 64 replayed steps, imagination of 15 steps
-from all 1,024 replayed states, the replay-value loss on; the train step alone.
-  ours      this project's learner (``benchmarks/peers/update_ours.py``):
-            ``experiment=dmc_proprio``, modes ``eager`` and
-            ``compiled`` (``learner.compile=true``); for images the official-style CNN
-            (``model.cnn_strided=false``) and, unless ``--no-strided``, torchrl's strided
-            one as ``eager_strided`` / ``compiled_strided``
-  official  danijar/dreamerv3 on JAX (``update_official.py``, imported from the source
-            named in ``.venv-peers/official/OFFICIAL_SRC``): ``defaults`` + ``size1m``,
-            ``jax.compute_dtype`` float32 and its default bfloat16
-  sheeprl   sheeprl 0.8.4 (``update_sheeprl.py``): ``exp=dreamer_v3_5
-            algo=dreamer_v3_5_1M``
-Observations: ``vector`` (DMC walker: 24 proprio dims) or ``image`` (64x64x3 uint8); 6
-continuous actions in [-1, 1]. Each implementation and mode runs in its own worker
-process under its own venv (JSON lines: build, update, flops, quit). Per thread count
-(``--threads 1 2``: separate passes) every worker is built and warmed up in turn, then
-the timed updates are interleaved: one update of each row per round (the order rotates
-every round), so background load hits every row alike; only one worker computes at any
-moment. Threads: every worker is confined to ``threads`` cores by its CPU affinity
-(the first ones the driver may use; none when that is all of them): that is what sizes
-XLA's pool (see ``update_official.py``); the torch workers also call
-``torch.set_num_threads`` (and get ``OMP_NUM_THREADS``). Each worker reports the CPU
-seconds of its updates (CPU/wall: how many cores it kept busy, which background load
-lowers) and of each of its threads ("busy threads": those with a tenth of the work or
-more, a count that load does not change).
-FLOPs per update: torch's FLOP formulas (matmuls, convolutions) on one update for ours
-and sheeprl; for the official the dots and convolutions of its compiled step's HLO (and
-XLA's own ``cost_analysis()`` beside it). ``--quick``: 1 warm-up and 2 timed updates.
-``--json PATH`` (default ``benchmarks/results/peers_update.json``) writes {machine, date,
-command, passes: [{obs, threads, cpu_affinity, rows: {"impl/mode": {s_per_update
-(median), samples, cpu_s, cpu_per_wall, busy_threads, thread_cpu_s, updates_per_s,
-flops_per_update, gflops_per_s, build_s, warmup_s (build and warm-up updates, compiling
-included), params, config, versions, optimizer, cnn, notes}}, ratios: {"ours/M vs
-peer/M": {per_update, per_flop}}}], differences}; a markdown table goes to stdout, the
-workers' logs (their stderr) to ``--logs``. A row whose worker fails is reported with
-its error and the others carry on. Bad input (an unknown --obs, a peer venv that is not
-installed) prints one line on stderr and exits 2.
+size1m, a random 16 x 64 batch, 15 imagined steps from every replayed state; the train
+step alone. ``ours`` (``update_ours.py``; images: the official-style CNN and, unless
+``--no-strided``, torchrl's strided one) and ``official`` (``update_official.py``, from
+the source ``make peers`` recorded) each run in a worker under their own venv, confined
+to ``threads`` cores by CPU affinity, built and warmed up in turn; the timed updates are
+interleaved, the order rotating each round. ``--json`` (default
+``benchmarks/results/peers_update.json``) holds every row (median ``s_per_update``,
+samples, CPU over wall, ours' FLOPs, parameters), ours-vs-official ratios per update, and
+where the two still differ; bad input prints one line and exits 2.
 """
 
 from __future__ import annotations
@@ -62,10 +34,14 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.procs import cpu_model  # noqa: E402
+
 PEERS = ROOT / ".venv-peers"
 DEFAULT_JSON = ROOT / "benchmarks" / "results" / "peers_update.json"
 OBS = ("vector", "image")
-IMPLS = ("ours", "official", "sheeprl")
+IMPLS = ("ours", "official")
 
 
 class Usage(Exception):
@@ -89,8 +65,6 @@ class Row:
     info: dict = field(default_factory=dict)
     samples: list = field(default_factory=list)
     cpu: list = field(default_factory=list)
-    busy: list = field(default_factory=list)
-    per_thread: list = field(default_factory=list)
     error: str | None = None
 
 
@@ -103,8 +77,6 @@ def python_of(impl: str) -> list[str]:
         raise Usage(
             f"the {impl} venv {venv} is not installed (no .installed); leave it out with --impls"
         )
-    if impl == "sheeprl":
-        return [str(venv / "bin" / "python"), str(HERE / "update_sheeprl.py")]
     source_file = venv / "OFFICIAL_SRC"
     if not source_file.exists():
         raise Usage(f"{source_file} is missing: it names the official source tree")
@@ -114,31 +86,13 @@ def python_of(impl: str) -> list[str]:
     return [str(venv / "bin" / "python"), str(HERE / "update_official.py"), source]
 
 
-def official_style_cnn() -> str | None:
-    """None when our config has ``model.cnn_strided``, else why not."""
-    sys.path.insert(0, str(ROOT))
-    from dreamer.config import load
-    from dreamer.errors import ConfigError
-
-    try:
-        load(["experiment=dmc_proprio", "model.cnn_strided=false"])
-    except ConfigError as error:
-        return f"model.cnn_strided is not in this tree's config ({error})"
-    return None
-
-
-def rows_for(args, obs: str, notes: list[str]) -> list[Row]:
+def rows_for(args, obs: str) -> list[Row]:
     size = {"batch": args.batch, "length": args.length, "obs": obs}
     rows = []
     if "ours" in args.impls:
         styles = [("", True)]
         if obs == "image":
-            missing = official_style_cnn()
-            if missing:
-                notes.append(f"ours, image: torchrl's strided CNN only: {missing}")
-                styles = [("_strided", True)]
-            else:
-                styles = [("", False)] + ([] if args.no_strided else [("_strided", True)])
+            styles = [("", False)] + ([] if args.no_strided else [("_strided", True)])
         for suffix, strided in styles:
             for mode in args.ours_modes:
                 build = {**size, "mode": mode, "strided": strided}
@@ -146,8 +100,6 @@ def rows_for(args, obs: str, notes: list[str]) -> list[Row]:
     if "official" in args.impls:
         for dtype in args.official_dtypes:
             rows.append(Row(f"official/{dtype}", "official", {**size, "dtype": dtype}))
-    if "sheeprl" in args.impls:
-        rows.append(Row("sheeprl/float32", "sheeprl", dict(size)))
     return rows
 
 
@@ -200,9 +152,9 @@ def stop(row: Row) -> None:
     row.worker = None
 
 
-def run_pass(args, obs: str, threads: int, flops: dict, logs: Path, notes: list[str]) -> dict:
+def run_pass(args, obs: str, threads: int, flops: dict, logs: Path) -> dict:
     """Build and warm up every row, then interleave the timed updates."""
-    rows = rows_for(args, obs, notes)
+    rows = rows_for(args, obs)
     print(f"\n## {obs}, {threads} thread(s)", flush=True)
     try:
         for row in rows:
@@ -237,8 +189,6 @@ def run_pass(args, obs: str, threads: int, flops: dict, logs: Path, notes: list[
                     continue
                 row.samples.append(answer["s"])
                 row.cpu.append(answer["cpu_s"])
-                row.busy.append(answer.get("busy_threads"))
-                row.per_thread.append(answer.get("thread_cpu_s"))
     finally:
         for row in rows:
             stop(row)
@@ -262,9 +212,6 @@ def summary(row: Row, counted: dict) -> dict:
         seconds = statistics.median(row.samples)
         ratio = statistics.median(c / s for c, s in zip(row.cpu, row.samples))
         out.update(s_per_update=seconds, samples=row.samples, cpu_s=row.cpu, cpu_per_wall=ratio)
-        if None not in row.busy:
-            out["busy_threads"] = statistics.median(row.busy)
-            out["thread_cpu_s"] = row.per_thread
         out["updates_per_s"] = 1 / seconds
         if counted.get("flops"):
             out["gflops_per_s"] = counted["flops"] / seconds / 1e9
@@ -293,91 +240,51 @@ def ratios(results: dict) -> dict:
     return out
 
 
-def differences(passes: list[dict], notes: list[str]) -> list[str]:
-    """Where the networks and the update still differ, from what the workers built."""
-    out = list(notes)
-    seen = set()
+def differences(passes: list[dict]) -> list[str]:
+    """Where the networks and the update still differ (each row's ``optimizer`` too),
+    with the parameters the workers built."""
+    out = []
     for run in passes:
-        obs = run["obs"]
-        if obs in seen:
-            continue
-        seen.add(obs)
-        rows = {name: r for name, r in run["rows"].items() if "params" in r}
-        by_impl = {}
-        for name, r in rows.items():
-            by_impl.setdefault(r["impl"], (name, r))
+        built = {r["impl"]: (name, r) for name, r in reversed(run["rows"].items()) if "params" in r}
         parts = ", ".join(
             f"{name} " + " / ".join(f"{k} {v:,}" for k, v in r["params"].items())
-            for name, r in by_impl.values()
+            for name, r in built.values()
         )
-        out.append(f"{obs}: parameters: {parts}")
-        if obs == "image":
-            shown = set()
-            for name, r in rows.items():
-                if r.get("cnn") and (r["impl"], tuple(r["cnn"])) not in shown:
-                    shown.add((r["impl"], tuple(r["cnn"])))
-                    out.append(f"image: {name} CNN: " + "; ".join(r["cnn"]))
-        for name, r in by_impl.values():
-            if r.get("optimizer"):
-                out.append(f"{obs}: {name} optimizer: {r['optimizer']}")
-    out += [
-        "image CNNs: the official (enc/dec.simple strided: False) and sheeprl: per stage a "
-        "kernel-5 stride-1 convolution and a 2x2 max-pool (encoder), a 2x nearest "
-        "upsample and a kernel-5 stride-1 convolution (decoder); ours the same with "
-        "model.cnn_strided=false, torchrl's kernel-5 stride-2 convolutions and transposed "
-        "convolutions with true (the *_strided rows: 4x fewer convolution FLOPs)",
-        "official: the default compute dtype is bfloat16 (parameters float32); the "
-        "float32 rows set jax.compute_dtype=float32; ours and sheeprl compute in float32",
-        "official: its train call also keeps the policy's copy of the parameters and fetches "
-        "the metrics asynchronously; sheeprl runs without a metric aggregator (no entropy "
-        "and gradient-norm metrics); ours returns its scalar losses",
-        "vector: one 24-dim key for all three (the official DMC env gives walker's "
-        "proprioception as three keys: orientations 14, height 1, velocity 9)",
-        "the batch is random data with replay context 1 for the official and sheeprl "
-        "(16 x 65: the first step only gives the starting latent state); ours starts from "
-        "zeros (16 x 64): the same 1,024 trained steps",
-        "FLOPs: torch's formulas count what an eager update dispatches (ours, sheeprl); "
-        "the official's count is read from its optimised HLO (after XLA removed dead "
-        "code): both count matmuls and convolutions only",
+        out.append(f"{run['obs']}, {run['threads']} thread(s): parameters: {parts}")
+    return out + [
+        "image CNNs: the official's stride-1 convolutions with pooling and upsampling; ours "
+        "the same with model.cnn_strided=false, torchrl's stride-2 ones with true (the "
+        "*_strided rows: 4x fewer convolution FLOPs)",
+        "official: its default compute dtype is bfloat16; ours computes in float32",
+        "official: its train call also refreshes the policy's copy of the parameters",
+        "the batch: random, with replay context 1 for the official (16 x 65); ours starts "
+        "from zeros (16 x 64): the same 1,024 trained steps",
+        "FLOPs: ours' matmuls and convolutions by torch's formulas; the official's "
+        "cost_analysis() counts a scan's body once (counted from its HLO: 29.1 GFLOP vector)",
     ]
-    return out
 
 
 def machine() -> dict:
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "cpu": model or platform.processor(),
-        "cores": os.cpu_count(),
-        "usable_cores": len(os.sched_getaffinity(0)),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "load_average_start": os.getloadavg(),
-    }
+    cores = {"cores": os.cpu_count(), "usable_cores": len(os.sched_getaffinity(0))}
+    versions = {"platform": platform.platform(), "python": platform.python_version()}
+    return {"cpu": cpu_model(), **cores, **versions, "load_average_start": os.getloadavg()}
 
 
 def table(run: dict) -> str:
     lines = [
         f"\n{run['obs']}, {run['threads']} thread(s)",
-        "| row | s/update | updates/s | GFLOP/update | GFLOP/s | CPU/wall | busy threads "
-        "| warm-up s | params |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| row | s/update | updates/s | GFLOP/update | GFLOP/s | CPU/wall | warm-up s | params |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, r in run["rows"].items():
         if "s_per_update" not in r:
-            lines.append(f"| {name} | failed: {r.get('error', 'no sample')[:80]} | | | | | | | |")
+            lines.append(f"| {name} | failed: {r.get('error', 'no sample')[:80]} | | | | | | |")
             continue
         gflop = (r.get("flops_per_update") or 0) / 1e9
         lines.append(
             f"| {name} | {r['s_per_update']:.3f} | {r['updates_per_s']:.2f} | {gflop:.1f} | "
             f"{r.get('gflops_per_s', 0):.1f} | {r['cpu_per_wall']:.2f} | "
-            f"{r.get('busy_threads', '?')} | {r.get('warmup_s', 0):.0f} | "
+            f"{r.get('warmup_s', 0):.0f} | "
             f"{r.get('params', {}).get('total', 0):,} |"
         )
     if run["ratios"]:
@@ -432,12 +339,11 @@ def main(argv: list[str]) -> int:
     logs = args.logs or Path(tempfile.mkdtemp(prefix="peers_update_"))
     logs.mkdir(parents=True, exist_ok=True)
     info = machine()
-    notes: list[str] = []
     flops: dict = {}
     passes = []
     for threads in args.threads:
         for obs in args.obs:
-            run = run_pass(args, obs, threads, flops, logs, notes)
+            run = run_pass(args, obs, threads, flops, logs)
             passes.append(run)
             print(table(run), flush=True)
     info["load_average_end"] = os.getloadavg()
@@ -445,14 +351,10 @@ def main(argv: list[str]) -> int:
         "machine": info,
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "command": shlex.join([sys.executable, *sys.argv]),
-        "batch": args.batch,
-        "length": args.length,
-        "warmup": args.warmup,
-        "updates": args.updates,
-        "threads": args.threads,
-        "obs": args.obs,
+        **{key: getattr(args, key) for key in ("batch", "length", "warmup", "updates")},
+        **{"threads": args.threads, "obs": args.obs},
         "passes": passes,
-        "differences": differences(passes, notes),
+        "differences": differences(passes),
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(payload, indent=2) + "\n")

@@ -1,12 +1,7 @@
-"""The JSON-lines loop shared by the workers of ``update.py`` (standard library only: it
-runs under every implementation's own Python).
-
-A worker reads one JSON object per line on stdin, ``{"cmd": NAME, ...arguments}``, and
-answers one JSON object per line on stdout: ``{"ok": true, ...result}`` or
-``{"ok": false, "error": "..."}``. Commands: ``build`` (keyword arguments of the
-implementation's ``build``), ``update`` (one update, timed inside the worker: wall and
-CPU seconds), ``flops`` (FLOPs of one update) and ``quit``. Whatever the libraries print
-goes to stderr: the worker's stdout carries the answers alone.
+"""The JSON-lines loop of ``update.py``'s workers (standard library only: it runs under
+every implementation's own Python). A worker reads ``{"cmd": NAME, ...arguments}`` lines
+on stdin (``build``, ``update``, ``flops``, ``quit``) and answers ``{"ok": true, ...}`` or
+``{"ok": false, "error": "..."}`` lines on stdout; what the libraries print goes to stderr.
 """
 
 from __future__ import annotations
@@ -16,34 +11,14 @@ import os
 import sys
 import time
 import traceback
-from pathlib import Path
-
-
-def thread_cpu() -> dict[int, float]:
-    """CPU seconds of each thread of this process so far (Linux; empty elsewhere)."""
-    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    out = {}
-    try:
-        for task in os.listdir("/proc/self/task"):
-            with open(f"/proc/self/task/{task}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-            out[int(task)] = (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
-    except (OSError, IndexError, ValueError):
-        return {}
-    return out
 
 
 def timed(update) -> dict:
     """Wall and CPU seconds of ``update()`` (CPU time of every thread of the process: the
-    ratio shows how many cores it kept busy) and how many threads computed: those with
-    at least a tenth of its CPU time (a count that background load does not change)."""
-    threads = thread_cpu()
+    ratio shows how many cores it kept busy, which the driver's CPU affinity bounds)."""
     wall, cpu = time.perf_counter(), time.process_time()
     update()
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    used = sorted((t - threads.get(tid, 0.0) for tid, t in thread_cpu().items()), reverse=True)
-    busy = sum(u >= 0.1 * max(cpu, 1e-9) for u in used)
-    return {"s": wall, "cpu_s": cpu, "busy_threads": busy, "thread_cpu_s": used[:4]}
+    return {"s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu}
 
 
 def serve(worker) -> int:
@@ -68,9 +43,21 @@ def serve(worker) -> int:
 
 
 def torch_flop_counter():
-    """``benchmarks/flop_count.py``'s FlopCount (torch alone), for the torch workers."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from flop_count import FlopCount
+    """FLOPs of what runs under it (``.total``), by torch's own formulas (matmuls,
+    convolutions, attention) over every op dispatched; torch's ``FlopCounterMode``
+    cannot track modules that take tensordicts. ``benchmarks/learner.py`` uses it too."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import flop_registry
+
+    class FlopCount(TorchDispatchMode):
+        total = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            formula = flop_registry.get(func._overloadpacket)
+            if formula is not None:
+                self.total += formula(*args, **(kwargs or {}), out_val=out)
+            return out
 
     return FlopCount()
 
@@ -79,19 +66,3 @@ def unique_params(*modules) -> int:
     """Parameters of torch ``modules``, each counted once even where they share some."""
     seen = {id(p): p.numel() for module in modules for p in module.parameters()}
     return sum(seen.values())
-
-
-def conv_layers(module) -> list[str]:
-    """The convolutions of a torch ``module`` and its pooling: channels, kernel, stride."""
-    from torch import nn
-
-    layers = []
-    for m in module.modules():
-        if isinstance(m, (nn.Conv2d, nn.ConvTranspose2d)):
-            layers.append(
-                f"{type(m).__name__} {m.in_channels}->{m.out_channels} "
-                f"k{m.kernel_size[0]} s{m.stride[0]}"
-            )
-        elif type(m).__name__.endswith(("Pool", "Pool2d", "Upsample")):
-            layers.append(type(m).__name__)
-    return layers

@@ -1,34 +1,12 @@
-"""Build the virtual environments of the peer DreamerV3 implementations, outside the package.
+"""Build the virtual environment of the official DreamerV3, outside the package.
 
     make peers OFFICIAL_SRC=<a checkout of github.com/danijar/dreamerv3 at e3f0224>
-    python3.11 benchmarks/peers/venvs.py --official-src DIR [--only official|sheeprl]
-    python3.11 benchmarks/peers/venvs.py --official-src DIR --dry-run   # validate only
+    python3.11 benchmarks/peers/venvs.py --official-src DIR [--dry-run]   # validate only
 
-Builds, under ``<root>/.venv-peers/`` (``--root``, by default the repository):
-
-- ``official``: a Python 3.11 venv with the official DreamerV3's dependencies for the CPU
-  (CPU jax/jaxlib 0.4.33, ninjax, elements, portal, granular, optax, chex, numpy 1.26.4,
-  the rest of its ``requirements.txt`` that building the agent and its DMC training loop
-  need, dm-control 1.0.50 with mujoco 3.17.0), every version pinned in
-  ``official-requirements.txt``. PyPI packages only: the official source is never copied,
-  built or installed. It is validated and its absolute path is written to
-  ``.venv-peers/official/OFFICIAL_SRC``; a harness puts that directory on ``sys.path`` at
-  run time (``PYTHONPATH=$(cat .venv-peers/official/OFFICIAL_SRC)``).
-- ``sheeprl``: torch==2.13.0 installed first and alone (pip takes the CPU wheel on this
-  machine's disk; any other torch request downloads a multi-GB CUDA build), then
-  ``sheeprl-requirements.txt`` (sheeprl 0.8.4, dm-control 1.0.50 with mujoco 3.17.0).
-
-Each venv is checked by importing what the benchmarks use (the official ``dreamerv3`` and
-``embodied`` from the source with jax on the CPU and dm_control's cartpole; sheeprl's
-``dreamer_v3`` and ``dreamer_v3_5`` agents with torch 2.13.0 CPU), and only then stamped
-``.installed`` with its requirements file's sha256: a rerun skips a venv whose stamp
-matches and rebuilds one whose requirements changed or whose build broke off. Rendering
-(the official DMC env renders every step) needs ``MUJOCO_GL=osmesa`` and Debian's
-libosmesa6 (``make osmesa``).
-
-OFFICIAL_SRC is validated before anything is created: unset, not a directory, or not the
-official source (``dreamerv3/agent.py``, ``dreamerv3/configs.yaml``, ``embodied/jax/agent.py``)
-prints one line on stderr and exits 2. ``--only sheeprl`` does not need it.
+``.venv-peers/official``: Python 3.11 with ``official-requirements.txt`` (the source is
+validated and its path written to ``OFFICIAL_SRC``, never copied), checked by importing
+what the benchmarks use, stamped ``.installed`` with the requirements' sha256 (a rerun
+skips it or rebuilds it). A bad OFFICIAL_SRC prints one line and exits 2.
 """
 
 from __future__ import annotations
@@ -44,12 +22,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-NAMES = ("official", "sheeprl")
 REQUIRED = ("dreamerv3/agent.py", "dreamerv3/configs.yaml", "embodied/jax/agent.py")
 WANTED = "pass OFFICIAL_SRC=<a checkout of github.com/danijar/dreamerv3 at e3f0224>"
-TORCH = "torch==2.13.0"
 
-OFFICIAL_CHECK = """
+CHECK = """
 import os, sys
 src = os.path.realpath(sys.argv[1])
 import jax, numpy, dm_control, mujoco
@@ -63,18 +39,6 @@ assert devices[0].platform == 'cpu', devices
 from dm_control import suite
 step = suite.load('cartpole', 'balance').reset()
 print('jax', jax.__version__, devices, 'numpy', numpy.__version__, 'mujoco', mujoco.__version__,
-      'cartpole', sorted(step.observation))
-"""
-
-SHEEPRL_CHECK = """
-import sheeprl, torch
-assert torch.__version__.split('+')[0] == '2.13.0' and torch.version.cuda is None, torch.__version__
-import sheeprl.algos.dreamer_v3.agent, sheeprl.algos.dreamer_v3.dreamer_v3
-import sheeprl.algos.dreamer_v3_5.agent, sheeprl.algos.dreamer_v3_5.dreamer_v3_5
-import sheeprl.envs.dmc
-from dm_control import suite
-step = suite.load('cartpole', 'balance').reset()
-print('sheeprl', sheeprl.__version__, 'torch', torch.__version__,
       'cartpole', sorted(step.observation))
 """
 
@@ -123,40 +87,27 @@ def run(*command: str | Path, env: dict[str, str] | None = None) -> None:
     subprocess.run([str(part) for part in command], check=True, env=env)
 
 
-def build(name: str, venv: Path, python: str, src: Path | None) -> None:
+def build(venv: Path, python: str, src: Path) -> None:
     """Create the venv, install its pinned requirements, check it; the stamp goes last."""
-    requirements = HERE / f"{name}-requirements.txt"
+    requirements = HERE / "official-requirements.txt"
     stamp = venv / ".installed"
     expected = f"{digest(requirements)}  {requirements.name}\n"
     if stamp.is_file() and stamp.read_text() == expected:
         print(f"{venv}: up to date ({stamp.name} matches {requirements.name})", flush=True)
-        if src is not None:
-            (venv / "OFFICIAL_SRC").write_text(f"{src}\n")
+        (venv / "OFFICIAL_SRC").write_text(f"{src}\n")
         return
     if venv.exists():  # stale requirements or a build that broke off
         print(f"{venv}: rebuilding", flush=True)
         shutil.rmtree(venv)
     start = time.monotonic()
     run(python, "-m", "venv", venv)
-    if src is not None:
-        (venv / "OFFICIAL_SRC").write_text(f"{src}\n")
-    pip = (venv / "bin" / "python", "-m", "pip", "install", "--quiet")
-    if name == "sheeprl":
-        run(*pip, TORCH)  # first, alone: the CPU wheel
-    run(*pip, "-r", requirements)
-    check(name, venv, src)
+    (venv / "OFFICIAL_SRC").write_text(f"{src}\n")
+    run(venv / "bin" / "python", "-m", "pip", "install", "--quiet", "-r", requirements)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MUJOCO_GL")}
+    env["PYTHONPATH"] = str(src)
+    run(venv / "bin" / "python", "-W", "ignore", "-c", CHECK, src, env=env)
     stamp.write_text(expected)
     print(f"{venv}: built in {time.monotonic() - start:.0f} s", flush=True)
-
-
-def check(name: str, venv: Path, src: Path | None) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MUJOCO_GL")}
-    if name == "official":
-        env["PYTHONPATH"] = str(src)
-        code, args = OFFICIAL_CHECK, [str(src)]
-    else:
-        code, args = SHEEPRL_CHECK, []
-    run(venv / "bin" / "python", "-W", "ignore", "-c", code, *args, env=env)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,35 +119,30 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("OFFICIAL_SRC"),
         help="a checkout of github.com/danijar/dreamerv3 at e3f0224 (default: $OFFICIAL_SRC)",
     )
-    parser.add_argument("--only", choices=NAMES, help="build one venv")
+    parser.add_argument("--only", choices=("official",), help="the one venv (kept for scripts)")
     parser.add_argument("--root", type=Path, default=ROOT, help="where .venv-peers/ goes")
-    parser.add_argument("--python", default="python3.11", help="the venvs' interpreter")
+    parser.add_argument("--python", default="python3.11", help="the venv's interpreter")
     parser.add_argument("--dry-run", action="store_true", help="validate, create nothing")
     args = parser.parse_args(argv)
-    names = [args.only] if args.only else list(NAMES)
     try:
-        src = official_src(args.official_src) if "official" in names else None
+        src = official_src(args.official_src)
         python = python311(args.python)
     except BadInput as error:
         print(f"make peers: {error}", file=sys.stderr)
         return 2
-    prefix = args.root.resolve() / ".venv-peers"
-    for name in names:
-        venv = prefix / name
-        source = src if name == "official" else None
-        if args.dry_run:
-            origin = f" (OFFICIAL_SRC={source})" if source else ""
-            print(f"would build {venv} with {python}{origin}")
-            continue
-        try:
-            build(name, venv, python, source)
-        except subprocess.CalledProcessError as error:
-            command = " ".join(str(part) for part in error.cmd[:4])
-            print(
-                f"make peers: {command} ... exited {error.returncode}; rerun to rebuild {venv}",
-                file=sys.stderr,
-            )
-            return 1
+    venv = args.root.resolve() / ".venv-peers" / "official"
+    if args.dry_run:
+        print(f"would build {venv} with {python} (OFFICIAL_SRC={src})")
+        return 0
+    try:
+        build(venv, python, src)
+    except subprocess.CalledProcessError as error:
+        command = " ".join(str(part) for part in error.cmd[:4])
+        print(
+            f"make peers: {command} ... exited {error.returncode}; rerun to rebuild {venv}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

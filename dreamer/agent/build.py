@@ -57,7 +57,9 @@ class Agent:
     target_updater: SoftUpdate
 
 
-def _head(in_features: int, out: int, model, depth: int, outscale: float = 1.0) -> DreamerV3MLP:
+def _build_head(
+    in_features: int, out: int, model, depth: int, outscale: float = 1.0
+) -> DreamerV3MLP:
     return DreamerV3MLP(in_features, out, depth=depth, num_cells=model.units, outscale=outscale)
 
 
@@ -204,15 +206,15 @@ def build_agent(model, learner, spaces: EnvSpaces) -> Agent:
         strided=model.cnn_strided,
         state_features=state_dim,
     )
-    reward_net = _head(features, model.bins, model, model.head_layers, outscale=0.0)
-    continue_net = _head(features, 1, model, model.head_layers)
+    reward_net = _build_head(features, model.bins, model, model.head_layers, outscale=0.0)
+    continue_net = _build_head(features, 1, model, model.head_layers)
     reward_decode = SymExpTwoHot(model.bins)
-    world_model = _world_model(
+    world_model = _build_world_model(
         model, spaces, encoder, prior, posterior, decoder, reward_net, reward_decode, continue_net
     )
     imagination_env, continuation = _imagination(model, spaces, prior, reward_net, continue_net)
     actor = make_actor(spaces, features, model)
-    value_net = _head(features, model.bins, model, model.layers, outscale=0.0)
+    value_net = _build_head(features, model.bins, model, model.layers, outscale=0.0)
     value_decode = SymExpTwoHot(model.bins)
     value = _two_hot_head(value_net, value_decode, (), "state_value", ["state", "belief"])
     networks = Networks(
@@ -231,12 +233,12 @@ def build_agent(model, learner, spaces: EnvSpaces) -> Agent:
     loss = _loss(
         model, learner, spaces, world_model, actor, value, imagination_env, continuation, networks
     )
-    target_updater = SoftUpdate(loss.value_loss, tau=learner.slow_critic)
+    target_updater = SoftUpdate(loss.value_loss, tau=learner.slow_critic_rate)
     policy = acting_policy(encoder, prior, posterior, actor, obs_names)
     return Agent(spaces, world_model, actor, value, policy, loss, target_updater)
 
 
-def _world_model(
+def _build_world_model(
     model, spaces, encoder, prior, posterior, decoder, reward_net, reward_decode, continue_net
 ):
     """torchrl's world model on replayed sequences (the model loss's reference: encoder,
@@ -302,7 +304,7 @@ def _loss(
     model, learner, spaces, world_model, actor, value, imagination_env, continuation, networks
 ):
     """torchrl's three DreamerV3 losses, unweighted, in ``DreamerLoss`` (which weighs
-    them with ``learner.loss_scales`` in ``dreamer_v3_loss``)."""
+    them with ``learner.loss_scales`` in ``weighted_terms``)."""
     obs_names = [key.name for key in spaces.obs]
     model_loss = DreamerV3ModelLoss(
         world_model,
@@ -313,7 +315,7 @@ def _loss(
         lambda_representation=1.0,
         lambda_continue=1.0,
         unimix=model.unimix,
-        free_bits=learner.free_nats,
+        free_bits=learner.free_nats,  # torchrl's name; the KL is in nats
         reco_symlog=[key.kind == "vector" for key in spaces.obs],
         num_reward_bins=model.bins,
         detach_output=False,
@@ -347,7 +349,7 @@ def _loss(
         value_loss,
         networks=networks,
         scales={name: float(value) for name, value in learner.loss_scales.items()},
-        continuation_horizon=learner.return_horizon,
+        continuation_horizon=learner.return_horizon,  # torchrl's name: the discount's horizon
         lmbda=learner.lmbda,
         imag_last=learner.imag_last,
     )

@@ -1,6 +1,6 @@
 """The whole DreamerV3 loss, ``DreamerLoss.forward``: the official ``dreamerv3/agent.py``'s
 three sections (world model, imagination, replay), each term times its
-``learner.loss_scales`` entry (``dreamer_v3_loss``), on every device and precision.
+``learner.loss_scales`` entry (``weighted_terms``), on every device and precision.
 
 torchrl's ``DreamerV3ModelLoss`` / ``ActorLoss`` / ``ValueLoss`` own every parameter and
 buffer (checkpoints are theirs) and are the reference: tests/test_fused.py holds each
@@ -32,7 +32,7 @@ from dreamer.torchrl_compat import (
 )
 
 
-def dreamer_v3_loss(terms: dict[str, torch.Tensor], scales: dict[str, float]) -> dict:
+def weighted_terms(terms: dict[str, torch.Tensor], scales: dict[str, float]) -> dict:
     """The weighted entries torchrl's stepper sums into the total it minimises.
 
     ``terms``: each of the eight unweighted scalar losses under its official name;
@@ -86,8 +86,11 @@ class DreamerLoss(DreamerV3Loss):
     def __init__(
         self, *args, networks: Networks, scales: dict[str, float], imag_last: int = 0, **kwargs
     ):
-        # the replay-value term is computed only where it weighs something
-        super().__init__(*args, replay_value_loss_weight=float(scales["repval"] > 0), **kwargs)
+        # the replay-value term is computed only where it weighs something; torchrl's
+        # weight is a 1/0 switch here: learner.loss_scales weighs it (weighted_terms)
+        learns_replay_value = scales["repval"] > 0
+        super().__init__(*args, replay_value_loss_weight=float(learns_replay_value), **kwargs)
+        self.learns_replay_value = learns_replay_value
         model_loss, actor_loss, value_loss = self.model_loss, self.actor_loss, self.value_loss
         if model_loss.kl_mode != "separate" or not actor_loss.use_reinforce:
             raise ValueError("the loss computes separate KL terms and REINFORCE")
@@ -109,8 +112,9 @@ class DreamerLoss(DreamerV3Loss):
         (the actors' distributions here have analytic entropies). Each graph is compiled
         whole (``fullgraph``): a graph break is an error. The batched parts (encoder,
         decoder, reconstruction) stay eager: compiling them gained little and doubled
-        the cold compile (benchmarks/README.md, "Learner modes"). ``backend``: torch.compile's
-        (tests count graphs with a counting one, or trace without inductor)."""
+        the cold compile (benchmarks/README.md at commit 0df1f98, "Learner modes").
+        ``backend``: torch.compile's (tests count graphs with a counting one, or trace
+        without inductor)."""
         self.cell.compile(backend)
         if behavior:
             self._behavior = torch.compile(
@@ -363,7 +367,7 @@ class DreamerLoss(DreamerV3Loss):
         terms["policy"] = actor_value
         terms["value"] = reduce_loss(value_loss, step_discount * critic)
         terms["repval"] = replay_value
-        result = dreamer_v3_loss(terms, self.scales)
+        result = weighted_terms(terms, self.scales)
         result.update(
             actor_entropy=entropy.detach(),
             return_low=actor_loss.return_low.detach().clone(),
@@ -382,7 +386,7 @@ class DreamerLoss(DreamerV3Loss):
         reach the world model), bootstrapped from each state's first imagined return;
         on the ``last`` steps of every sequence that imagination started from (None: all)."""
         value_loss = self.value_loss
-        if not self.replay_value_loss_weight:
+        if not self.learns_replay_value:
             return states.new_zeros((), dtype=torch.float32)
         if last is not None:
             reward, done = reward[..., -last:, :], done[..., -last:, :]
@@ -413,7 +417,7 @@ def finite_starts(state: torch.Tensor, belief: torch.Tensor):
     """Imagination's start states, detached; all zeros where any value is NaN or Inf.
 
     A world model that overflowed already makes the total non-finite, so the optimizer
-    skips the update (``SkippingOptimizer``); from such starts the actor's sampler would
+    skips the update (``AveragingSkippingOptimizer``); from such starts the actor's sampler would
     raise on NaN logits before any gradient exists. The check is a tensor, no sync."""
     state, belief = state.detach(), belief.detach()
     finite = torch.isfinite(state).all() & torch.isfinite(belief).all()

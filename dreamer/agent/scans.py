@@ -39,7 +39,7 @@ def two_hot_cross_entropy(
     gradients (tests/test_fused.py). Compiled, torchrl's form found each target's bin
     again for every one of the 255 bins it scattered into: one kernel of 37 ms in a
     0.65 s update (15,360 imagined targets, one AMD EPYC thread), 13 ms here; the update
-    1.5-3% faster (benchmarks/README.md, "Where ours' update goes")."""
+    1.5-3% faster (benchmarks/README.md at commit 951c5f7, "Where ours' update goes")."""
     if target.shape == (*logits.shape[:-1], 1):
         target = target.squeeze(-1)
     bins = bins.to(device=target.device, dtype=target.dtype)

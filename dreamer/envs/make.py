@@ -71,20 +71,14 @@ class _Restarts(default_info_dict_reader):
         return super().__call__({RESTART_KEY: flag}, tensordict)
 
 
-def env_label(env: Mapping) -> str:
-    return registry.label(env)
-
-
-def _base_env(env: Mapping, seed: int) -> tuple[EnvBase, int]:
+def _base_env(env: Mapping, kind: registry.EnvKind, seed: int) -> tuple[EnvBase, int]:
     """The raw env and the step cap still to enforce (0: the env enforces its own)."""
-    name = env["name"]
-    adapter = registry.module(name)
-    factory = functools.partial(adapter.make, env, seed)
-    base = GymWrapper(Restarting(lambda: Checked(factory(), env_label(env))))
+    factory = functools.partial(kind.adapter.make, env, seed)
+    base = GymWrapper(Restarting(lambda: Checked(factory(), registry.label(env))))
     base.set_info_dict_reader(_Restarts())
-    if hasattr(adapter, "ACHIEVEMENTS"):
-        base.set_info_dict_reader(_Achievements(adapter.ACHIEVEMENTS))
-    return base, env["length"] if registry.kind(name).caps_episodes else 0
+    if kind.achievements:
+        base.set_info_dict_reader(_Achievements(kind.achievements))
+    return base, env["length"] if kind.caps_episodes else 0
 
 
 def finite_action_bounds(action_spec) -> bool:
@@ -119,28 +113,18 @@ def env_config(env, logdir: Path):
     return env
 
 
-def check_env(env) -> None:
-    """What the machine must offer for ``env``: its package (one ``ConfigError`` line
-    with the install command), and what the env's own check asks (a task, game or
-    gymnasium id that package has)."""
-    registry.check_package(env["name"])
-    adapter = registry.module(env["name"])
-    if hasattr(adapter, "check"):
-        adapter.check(env)
-
-
 def describe_env(env, seed: int) -> tuple:
     """(spaces, achievement names) of the configured env, probed once in this process;
     a broken env is one ``ConfigError`` line, before any worker starts."""
     from dreamer.agent.spaces import spaces_from_env
 
-    check_env(env)
+    registry.check(env)
     try:
         probe = make_env(env, seed)
     except ConfigError:
         raise
     except Exception as error:
-        what = env_label(env)
+        what = registry.label(env)
         detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ConfigError(f"env: cannot create {what}: {detail}") from error
     try:
@@ -152,7 +136,7 @@ def describe_env(env, seed: int) -> tuple:
             log.warning(note)
     finally:
         probe.close()
-    return spaces, getattr(registry.module(env["name"]), "ACHIEVEMENTS", ())
+    return spaces, registry.kind(env["name"]).achievements
 
 
 def make_env(
@@ -163,7 +147,8 @@ def make_env(
     ``latent`` = (state size, belief size) adds the acting-policy entries; ``step_cap``
     ends episodes (as truncated) after that many steps, if sooner than the env's own cap.
     """
-    base, own_cap = _base_env(env, seed)
+    kind = registry.kind(env["name"])
+    base, own_cap = _base_env(env, kind, seed)
     caps = [cap for cap in (own_cap, step_cap) if cap]
     transforms = [
         InitTracker(),
@@ -192,6 +177,6 @@ def make_env(
             )
         )
     result = TransformedEnv(base, Compose(*transforms))
-    if not registry.kind(env["name"]).seeded_by_make:
+    if not kind.seeded_by_make:
         result.set_seed(seed)
     return result

@@ -43,6 +43,16 @@ class EnvKind:
     launch_lock: bool = False  # its launches share a lock file in the run directory
     label: str = "name"  # the key that names the configured env in lines
 
+    @property
+    def adapter(self) -> ModuleType:
+        """Its module: ``Settings`` (its env.* keys), ``make`` (one env), optionally
+        ``check`` (what its package must have) and ``ACHIEVEMENTS``."""
+        return importlib.import_module(self.module)
+
+    @property
+    def achievements(self) -> tuple[str, ...]:
+        return tuple(getattr(self.adapter, "ACHIEVEMENTS", ()))
+
 
 KINDS = {
     "crafter": EnvKind("dreamer.envs.crafter"),
@@ -80,13 +90,9 @@ def kind(name: str) -> EnvKind:
     return KINDS[name]
 
 
-def module(name: str) -> ModuleType:
-    return importlib.import_module(kind(name).module)
-
-
 def settings(name: str) -> type:
     """The dataclass of ``env=<name>``'s keys."""
-    return module(name).Settings
+    return kind(name).adapter.Settings
 
 
 def label(env) -> str:
@@ -94,11 +100,15 @@ def label(env) -> str:
     return env[kind(env["name"]).label]
 
 
-def check_package(name: str) -> None:
-    """The env's package is installed, or one ``ConfigError`` line saying how."""
-    row = kind(name)
+def check(env) -> None:
+    """What the machine must offer for ``env``: its kind's package (one ``ConfigError``
+    line with the install command), and what the kind's own check asks (a task, game or
+    gymnasium id that package has)."""
+    name, row = env["name"], kind(env["name"])
     if row.package and not installed(row.package):
         raise ConfigError(
             f"env: {name} needs {row.package}; install it with "
             f"{pip_install(row.extra)}{row.install_note}"
         )
+    if hasattr(row.adapter, "check"):
+        row.adapter.check(env)

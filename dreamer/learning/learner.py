@@ -29,8 +29,9 @@ def _finite(batch: TensorDictBase) -> bool:
     return bool(torch.stack(checks).all())
 
 
-class SkippingOptimizer(DreamerV3Optimizer):
-    """DreamerV3's optimizer that skips a step whose gradients hold NaN or Inf.
+class AveragingSkippingOptimizer(DreamerV3Optimizer):
+    """DreamerV3's optimizer that averages the gradients across ranks, then skips a step
+    whose gradients hold NaN or Inf.
 
     torchrl's stepper calls ``optimizer.step()`` right after backward, outside any
     captured graph, so this is the one place to refuse a poisoned update, and the one
@@ -184,7 +185,7 @@ class Learner:
         self.max_skips = learner_cfg.max_skips
         self._statistics = [b for name, b in self.loss.named_buffers() if "retnorm" in name]
         world.broadcast_tensors(self.loss.state_dict().values())
-        self.optimizer = SkippingOptimizer(
+        self.optimizer = AveragingSkippingOptimizer(
             self.loss.parameters(),
             lr=learner_cfg.lr,
             agc=learner_cfg.grad_clip,

@@ -2,7 +2,7 @@
 process group, one gradient all-reduce per update and the loop's lockstep.
 
 torchrl's ``DreamerV3OptimizationStepper`` refuses distributed execution, so the
-averaging lives here: ``SkippingOptimizer.step`` calls :class:`GradientAverager`, and
+averaging lives here: ``AveragingSkippingOptimizer.step`` calls :class:`GradientAverager`, and
 the stepper runs ``optimizer.step()`` after the (compiled, CUDA-graph captured)
 forward/backward, i.e. outside the graph, where a collective is allowed.
 

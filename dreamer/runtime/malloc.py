@@ -4,9 +4,9 @@ glibc hands a large block (past a threshold that starts at 128 KB and rises with
 blocks freed, to 32 MB at most) to the kernel on ``free`` and trims the heap's free top
 past twice that: each CPU update of size1m (~220 MB of tensors made and freed) then
 page-faulted ~56,000 times, ~12% of its time (0.466 -> 0.410 s per update in the loop,
-0 faults: benchmarks/README.md, "The run"). With both thresholds fixed high the update's
-blocks are reused from one update to the next; the process keeps its largest update's
-working set, which it needs again at the next update anyway.
+0 faults: benchmarks/README.md at commit d62db39, "The run"). With both thresholds fixed
+high the update's blocks are reused from one update to the next; the process keeps its
+largest update's working set, which it needs again at the next update anyway.
 
 Not the env workers or the inference process (other processes, small allocations);
 elsewhere than glibc, and where the user set glibc's ``MALLOC_MMAP_THRESHOLD_`` or

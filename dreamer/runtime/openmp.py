@@ -7,7 +7,7 @@ and 100 without. Each of the ~16,000 operators of a CPU update makes the learner
 second thread wait: at 100 iterations it slept on a futex each time, and the update took
 0.83 s in the loop against 0.43 s alone. ``OMP_WAIT_POLICY=ACTIVE`` with
 ``GOMP_SPINCOUNT=1000`` gives every wait that short spin, measured best in the loop
-(2-core runs of ``benchmarks/threads.py``, 0.49-0.54 s per update; 0.56-0.61 s with
+(2-core runs of the trainer, 0.49-0.54 s per update; 0.56-0.61 s with
 libgomp's ~3 ms default, which wins only for the update alone, and 0.72 s at 100
 iterations: benchmarks/README.md, "The run"). The driver keeps one OpenMP team so that
 this count holds (``torchrl_compat.push_weights``). A user's own setting of either wins.

@@ -17,7 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dreamer.config import CONF_DIR, finish, register_schema
+from dreamer.command_line import finish
+from dreamer.config import CONF_DIR, register_schema
 from dreamer.errors import ConfigError
 from dreamer.runtime.signals import REQUEUE_EXIT
 

@@ -1,0 +1,99 @@
+"""A real run's processes and files, for the benchmarks and the tests alike (tests/runs.py
+imports these; nothing here imports tests/)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import struct
+import subprocess
+import zipfile
+from pathlib import Path
+
+# A run that lasts until the caller has done what it came to do, then stops it (USR1):
+# no machine is fast enough to finish it first.
+UNTIL_STOPPED = "run.steps=1000000000"
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), which results files record as their machine."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def jsonl_rows(path: Path) -> list[dict]:
+    """The rows of a JSON-lines file a run may still be writing or was killed writing
+    (none if it is not there yet; a torn line is left out)."""
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            rows.append(json.loads(line))
+    return rows
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (Linux /proc)."""
+    found, queue = set(), [pid]
+    while queue:
+        for task in Path(f"/proc/{queue.pop()}/task").glob("*"):
+            try:
+                children = {int(child) for child in (task / "children").read_text().split()}
+            except OSError:  # it exited meanwhile
+                continue
+            queue += children - found
+            found |= children
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting to be reaped counts as gone)."""
+    try:
+        status = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return status.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def fill(folder: Path, leave: int = 0) -> Path:
+    """Writes ``folder/filler`` until the filesystem is full, then frees ``leave`` bytes."""
+    filler = folder / "filler"
+    with filler.open("wb") as handle:
+        with contextlib.suppress(OSError):
+            while True:
+                handle.write(b"\0" * (1 << 16))
+                handle.flush()
+        with contextlib.suppress(OSError):
+            handle.close()
+    if leave:
+        os.truncate(filler, max(filler.stat().st_size - leave, 0))
+    return filler
+
+
+def flip_a_tensor_byte(path: Path) -> None:
+    """One bit flipped in the middle of the largest tensor record of a checkpoint's zip
+    (stored, not compressed): the file still unpickles."""
+    with zipfile.ZipFile(path) as archive:  # tensor storages are the "<name>/data/<n>" records
+        tensors = [
+            info for info in archive.infolist() if info.filename.split("/")[-2:-1] == ["data"]
+        ]
+        record = max(tensors, key=lambda info: info.file_size)
+    with path.open("r+b") as handle:
+        handle.seek(record.header_offset + 26)  # the local header's name and extra lengths
+        name_length, extra_length = struct.unpack("<HH", handle.read(4))
+        middle = record.header_offset + 30 + name_length + extra_length + record.file_size // 2
+        handle.seek(middle)
+        byte = handle.read(1)[0]
+        handle.seek(middle)
+        handle.write(bytes([byte ^ 0x10]))
+
+
+def mount_tmpfs(path: Path, size: str) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
