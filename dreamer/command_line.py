@@ -253,7 +253,7 @@ def load(overrides: list[str]) -> DictConfig:
 
     The world size (``WORLD_SIZE`` from torchrun) takes part in validation. What the
     machine must offer (CUDA, an env's or tracker's package) is checked where it is
-    needed: ``World.device``, ``learner_modes``, ``collect.check_machine``, ``registry.check``,
+    needed: ``World.device``, ``learner_modes``, ``collect.check_machine``, ``EnvKind.check``,
     ``start_trackers``."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra

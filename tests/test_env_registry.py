@@ -64,3 +64,21 @@ def test_a_saved_config_with_another_kinds_env_key_is_one_line(tmp_path):
     message = str(raised.value)
     assert "config.yaml" in message and "env.cues: unknown key" in message
     assert "\n" not in message
+
+
+def test_make_reads_its_kinds_row_once_per_env_it_builds():
+    """The env set-up walks one way: each function of envs/make.py asks the registry for
+    the kind's row at most once and reads the rest from it (following cfg there visited
+    make.py and registry.py seven times each, alternating)."""
+    tree = ast.parse((PACKAGE / "envs" / "make.py").read_text())
+    for function in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+        asked = [
+            node.func.attr
+            for node in ast.walk(function)
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "registry"
+            and node.func.attr != "label"  # how lines name it, not what it is
+        ]
+        assert len(asked) <= 1, (function.name, asked)

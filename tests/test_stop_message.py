@@ -98,6 +98,8 @@ def on_a_terminal(command: str, until: bytes, timeout: float = 300) -> tuple[int
     pid, terminal = pty.fork()
     if pid == 0:  # the child: the terminal's session leader
         os.chdir(ROOT)
+        for inherited in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS"):  # `make test`'s, not a user's
+            os.environ.pop(inherited, None)  # (a sub-make prints "Leaving directory" last)
         os.execvp("sh", ["sh", "-c", command])
     screen, typed, deadline = b"", False, time.monotonic() + timeout
     while time.monotonic() < deadline:

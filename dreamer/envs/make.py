@@ -118,7 +118,8 @@ def describe_env(env, seed: int) -> tuple:
     a broken env is one ``ConfigError`` line, before any worker starts."""
     from dreamer.agent.spaces import spaces_from_env
 
-    registry.check(env)
+    kind = registry.kind(env["name"])
+    kind.check(env)
     try:
         probe = make_env(env, seed)
     except ConfigError:
@@ -136,7 +137,7 @@ def describe_env(env, seed: int) -> tuple:
             log.warning(note)
     finally:
         probe.close()
-    return spaces, registry.kind(env["name"]).achievements
+    return spaces, kind.achievements
 
 
 def make_env(

@@ -53,6 +53,18 @@ class EnvKind:
     def achievements(self) -> tuple[str, ...]:
         return tuple(getattr(self.adapter, "ACHIEVEMENTS", ()))
 
+    def check(self, env) -> None:
+        """What the machine must offer for ``env``: this kind's package (one
+        ``ConfigError`` line with the install command), and what the kind's own check
+        asks (a task, game or gymnasium id that package has)."""
+        if self.package and not installed(self.package):
+            raise ConfigError(
+                f"env: {env['name']} needs {self.package}; install it with "
+                f"{pip_install(self.extra)}{self.install_note}"
+            )
+        if hasattr(self.adapter, "check"):
+            self.adapter.check(env)
+
 
 KINDS = {
     "crafter": EnvKind("dreamer.envs.crafter"),
@@ -98,17 +110,3 @@ def settings(name: str) -> type:
 def label(env) -> str:
     """How lines name the configured env: its gymnasium id for ``env=gym``."""
     return env[kind(env["name"]).label]
-
-
-def check(env) -> None:
-    """What the machine must offer for ``env``: its kind's package (one ``ConfigError``
-    line with the install command), and what the kind's own check asks (a task, game or
-    gymnasium id that package has)."""
-    name, row = env["name"], kind(env["name"])
-    if row.package and not installed(row.package):
-        raise ConfigError(
-            f"env: {name} needs {row.package}; install it with "
-            f"{pip_install(row.extra)}{row.install_note}"
-        )
-    if hasattr(row.adapter, "check"):
-        row.adapter.check(env)
