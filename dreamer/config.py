@@ -326,7 +326,7 @@ RENAMED_KEYS = {
 }
 
 
-def without_removed(saved: dict) -> dict:
+def in_current_keys(saved: dict) -> dict:
     """A saved config (a nested dict) in today's keys: ``REMOVED_KEYS`` dropped,
     ``RENAMED_KEYS`` under their new names."""
     saved = copy.deepcopy(saved)

@@ -51,7 +51,7 @@ def _save(figure, path: Path, **metadata: str) -> None:
     colour scales, notes) as a JSON list: what a reader sees, checkable from the file."""
     from matplotlib.text import Text
 
-    figure.canvas.draw()  # tick labels get their text when drawn
+    figure.draw_without_rendering()  # lays out the tick labels (savefig renders)
     texts = [text.get_text() for text in figure.findobj(Text) if text.get_text().strip()]
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, metadata=PNG_METADATA | {"Comment": json.dumps(texts)} | metadata)

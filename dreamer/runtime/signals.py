@@ -165,19 +165,20 @@ def terminal_job():
         yield
         return
     came_from = os.getpgrp()
-    previous = signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # a background group's tcsetpgrp
-    try:
-        os.setpgid(0, 0)
-        os.tcsetpgrp(fd, os.getpgrp())
-    finally:
-        signal.signal(signal.SIGTTOU, previous)
+    os.setpgid(0, 0)
+    _hand_terminal(fd, os.getpgrp())
     try:
         yield
     finally:
-        previous = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
-        try:
-            os.tcsetpgrp(fd, came_from)
-        except OSError:  # the terminal is gone
-            pass
-        finally:
-            signal.signal(signal.SIGTTOU, previous)
+        with contextlib.suppress(OSError):  # the terminal is gone
+            _hand_terminal(fd, came_from)
+
+
+def _hand_terminal(fd: int, group: int) -> None:
+    """Make ``group`` the terminal's foreground; a background group's own call would
+    stop it (SIGTTOU) but for the signal ignored meanwhile."""
+    previous = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+    try:
+        os.tcsetpgrp(fd, group)
+    finally:
+        signal.signal(signal.SIGTTOU, previous)

@@ -23,8 +23,8 @@ from dreamer.config import (
     MlflowConfig,
     WandbConfig,
     flatten,
+    in_current_keys,
     schema,
-    without_removed,
 )
 from dreamer.envs import registry
 from dreamer.errors import ConfigError
@@ -170,7 +170,7 @@ RESUMABLE_KEYS = (
 def check_resume(saved: dict, cfg: DictConfig) -> None:
     """Refuse to resume a run directory under a config that differs outside
     ``RESUMABLE_KEYS``; the message names the first differing key."""
-    before = flatten(without_removed(saved))
+    before = flatten(in_current_keys(saved))
     after = flatten(OmegaConf.to_container(cfg))
     for key in sorted(set(before) | set(after)):
         if key in RESUMABLE_KEYS or before.get(key) == after.get(key):
@@ -186,7 +186,7 @@ def saved(path: Path) -> DictConfig:
     that does not fit it (another version's keys) is a ``ConfigError`` naming the key."""
     from omegaconf.errors import OmegaConfBaseException
 
-    stored = OmegaConf.create(without_removed(OmegaConf.to_container(OmegaConf.load(path))))
+    stored = OmegaConf.create(in_current_keys(OmegaConf.to_container(OmegaConf.load(path))))
     env_name = OmegaConf.select(stored, "env.name")
     try:
         try:
