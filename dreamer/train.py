@@ -141,71 +141,76 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
         return 0
     writer = announce(cfg, parts, pace, logdir, world, device)
     speed_note = CpuSpeedNote(cfg, world.main and device.type == "cpu", start)
-    early, interrupted = estimate_at_start(speed_note, learner, parts.spaces, cfg, world)
-    collector.start()
-    evaluation = periodic_evaluation(cfg, logdir, parts, writer, resume, world)
     extras = {"config": OmegaConf.to_container(cfg), "spaces": spaces_to_dict(parts.spaces)}
     save = checkpoint.Saver(logdir, parts.registry, extras, cfg.run.keep, cfg.run.save_failures)
-    should_log = RowClock(cfg.run.log_every, cfg.run.log_seconds, cfg.run.steps, start)
-    should_save = Clock(cfg.run.save_every, time.monotonic())
-    should_push = Clock.aligned(cfg.collector.sync_every, learner.updates)
     losses, timers = IntervalMeans(), LoopTimers(learner.updates)
-    rates = Rates(start, learner.updates)
-    progress = Progress(
-        cfg.run.steps, start, cfg.run.progress and world.main, learner.updates, speed_note.started
-    )
     alone = not world.distributed  # acts on its own stop signal at once; ranks at the lockstep
+    evaluation = progress = None
     finished = failed_output = stopping = False  # failed_output: a full disk
-    try:
-        with StopSignals() as stop, frozen_heap(freeze=cfg.run.gc_freeze) as gc_stats:
-            stop.received = stop.received or early.received
-            if interrupted:
-                raise KeyboardInterrupt
-            for _ in timers.waiting(collector):
-                env_steps, stopping, ready = steps(
-                    parts.episodes.worker_steps, bool(stop.received), replay.can_sample()
-                )
-                due = parts.train_ratio(env_steps, ready)
-                progress.expect(learner.updates + due + parts.train_ratio.left(cfg.run.steps))
-                with collector.paced(due > 0):
-                    for _ in range(due):
-                        with timers.phase("sample"):
-                            batch = replay.sample()
-                        started = time.perf_counter()
-                        with signals.ctrl_c_after_block():
-                            losses.add(learner.update(batch))
-                        timers.add("update", seconds := time.perf_counter() - started)
-                        speed_note(seconds)
-                        progress.update(env_steps, learner.updates)
-                        if should_push(learner.updates):
-                            with timers.phase("sync"):
-                                collector.push(policy, cfg.collector.push_timeout)
-                        if alone and stop.received:
-                            break
-                progress.update(env_steps, learner.updates)
-                if evaluation is not None:  # before the save: it holds the one now in flight
-                    with timers.phase("eval"):
-                        evaluation(env_steps, policy)
-                with timers.phase("log"):
-                    if world.main and should_log(env_steps):
-                        row = {"env_steps": env_steps, **rates(env_steps, learner.updates)}
-                        writer.write(env_steps, row | metrics(parts, losses, gc_stats, timers))
-                    if world.main and should_save(time.monotonic()):
-                        save(env_steps)
-                stopping = stopping or (alone and bool(stop.received))
-                if env_steps >= cfg.run.steps or stopping:
-                    break
+    # from here a stop (a signal, Ctrl-C) ends with a checkpoint, whatever is starting
+    with StopSignals() as stop:
+        try:
+            estimate_at_start(speed_note, learner, parts.spaces, cfg, world)
+            collector.start()
+            evaluation = periodic_evaluation(cfg, logdir, parts, writer, resume, world)
+            should_log = RowClock(cfg.run.log_every, cfg.run.log_seconds, cfg.run.steps, start)
+            should_save = Clock(cfg.run.save_every, time.monotonic())
+            should_push = Clock.aligned(cfg.collector.sync_every, learner.updates)
+            rates = Rates(start, learner.updates)
+            progress = Progress(
+                cfg.run.steps,
+                start,
+                cfg.run.progress and world.main,
+                learner.updates,
+                speed_note.started,
+            )
+            with frozen_heap(freeze=cfg.run.gc_freeze) as gc_stats:
+                for _ in timers.waiting(collector):
+                    env_steps, stopping, ready = steps(
+                        parts.episodes.worker_steps, bool(stop.received), replay.can_sample()
+                    )
+                    due = parts.train_ratio(env_steps, ready)
+                    progress.expect(learner.updates + due + parts.train_ratio.left(cfg.run.steps))
+                    with collector.paced(due > 0):
+                        for _ in range(due):
+                            with timers.phase("sample"):
+                                batch = replay.sample()
+                            started = time.perf_counter()
+                            with signals.ctrl_c_after_block():
+                                losses.add(learner.update(batch))
+                            timers.add("update", seconds := time.perf_counter() - started)
+                            speed_note(seconds)
+                            progress.update(env_steps, learner.updates)
+                            if should_push(learner.updates):
+                                with timers.phase("sync"):
+                                    collector.push(policy, cfg.collector.push_timeout)
+                            if alone and stop.received:
+                                break
+                    progress.update(env_steps, learner.updates)
+                    if evaluation is not None:  # before the save: it holds the one in flight
+                        with timers.phase("eval"):
+                            evaluation(env_steps, policy)
+                    with timers.phase("log"):
+                        if world.main and should_log(env_steps):
+                            row = {"env_steps": env_steps, **rates(env_steps, learner.updates)}
+                            writer.write(env_steps, row | metrics(parts, losses, gc_stats, timers))
+                        if world.main and should_save(time.monotonic()):
+                            save(env_steps)
+                    stopping = stopping or (alone and bool(stop.received))
+                    if env_steps >= cfg.run.steps or stopping:
+                        break
             finished = not stopping
-    except (OutputError, checkpoint.SaveFailures):
-        # the disk is full: the last good checkpoint (and the rows up to it) is where a
-        # rerun resumes; a checkpoint now could hold steps whose row was never written
-        failed_output = True
-        raise
-    finally:
-        collector.shutdown()
-        progress.close()
-        saved = save.final(steps.env_steps) if world.main and not failed_output else True
-        close(evaluation, finished, writer, timers)
+        except (OutputError, checkpoint.SaveFailures):
+            # the disk is full: the last good checkpoint (and the rows up to it) is where a
+            # rerun resumes; a checkpoint now could hold steps whose row was never written
+            failed_output = True
+            raise
+        finally:
+            collector.shutdown()
+            if progress is not None:
+                progress.close()
+            saved = save.final(steps.env_steps) if world.main and not failed_output else True
+            close(evaluation, finished, writer, timers)
     return outcome(saved, finished, stop.received, parts, logdir, world)
 
 
@@ -314,14 +319,13 @@ def outcome(saved: bool, finished: bool, received, parts, logdir: Path, world: W
     return 0
 
 
-def estimate_at_start(speed_note, learner, spaces, cfg, world: World) -> tuple[StopSignals, bool]:
+def estimate_at_start(speed_note, learner, spaces, cfg, world: World) -> None:
     """Without a GPU, the run's estimate from updates timed before collection starts
     (not across ranks: each would wait for the others; not for a run without updates).
-    Returns the stop signals that came meanwhile (the loop acts on them at once) and
-    whether Ctrl-C cut it short (the learner is as it was: the loop checkpoints it)."""
-    early = StopSignals()
+    A stop meanwhile is the loop's: SIGTERM's flag waits for the timed updates, Ctrl-C
+    cuts them short (the learner is left as it was; the clean-up checkpoints it)."""
     if not (speed_note.enabled and not world.distributed and speed_note.updates() > 0):
-        return early, False
+        return
     batch = random_batch(spaces, cfg.replay.batch, cfg.replay.length)
     compiling = learner.modes["compile"]
     log.info(  # it takes up to a minute (a cold compile): the screen says what runs
@@ -331,15 +335,10 @@ def estimate_at_start(speed_note, learner, spaces, cfg, world: World) -> tuple[S
         if compiling
         else "",
     )
-    try:
-        with early:
-            first, quickest = learner.timed_update(batch)
-            how = "the quickest of the updates timed before collection; the first took "
-            how += f"{first:.1f} s{', compiling' if compiling else ''}"
-            speed_note.start(quickest, how)
-    except KeyboardInterrupt:
-        return early, True
-    return early, False
+    first, quickest = learner.timed_update(batch)
+    how = "the quickest of the updates timed before collection; the first took "
+    how += f"{first:.1f} s{', compiling' if compiling else ''}"
+    speed_note.start(quickest, how)
 
 
 def resume_command(argv: list[str], logdir: Path) -> str:

@@ -30,7 +30,12 @@ from dreamer.errors import ConfigError
 from dreamer.runtime.checkpoint import rng_kept
 from dreamer.runtime.cores import allowed_cores, usable_cores
 from dreamer.runtime.relaunches import Relaunches
-from dreamer.runtime.signals import children_keep_signals, die_with_parent
+from dreamer.runtime.signals import (
+    children_keep_signals,
+    ctrl_c_after_block,
+    die_with_parent,
+    stop_moment,
+)
 
 log = logging.getLogger(__name__)
 
@@ -330,8 +335,12 @@ class SelfHealingCollector:
             collector, server = self.current, None
             try:
                 batches = iter(collector)
-                # torchrl starts its processes here
-                with children_keep_signals(stopped=self.pace == "stop"):
+                # torchrl starts its processes here. Ctrl-C waits for the first batch: a
+                # KeyboardInterrupt inside torchrl's start left a process object without
+                # its process, and the collector's shutdown failed on it (exit 1, no
+                # checkpoint); a second Ctrl-C still raises at once
+                with ctrl_c_after_block(), children_keep_signals(stopped=self.pace == "stop"):
+                    stop_moment("collector_start")
                     first = next(batches, DONE)  # batches are None: they went to replay
                 if first is DONE:
                     return

@@ -25,7 +25,11 @@ class PeriodicEvaluation:
         self.pool = RenderPool(
             pool_size(cfg.eval.render_workers), parts.relaunches, on_file=writer.log_file
         )
-        self.pool.start()
+        try:
+            self.pool.start()
+        except BaseException:  # Ctrl-C as its workers start: none outlives the run
+            self.close(finished=False)
+            raise
         self.due = Clock.aligned(cfg.eval.every, start)
 
     def resume(self, resume: dict | None) -> None:

@@ -27,7 +27,7 @@ import numpy as np
 
 from dreamer.runtime.cores import usable_cores
 from dreamer.runtime.relaunches import Relaunches
-from dreamer.runtime.signals import children_keep_signals
+from dreamer.runtime.signals import children_keep_signals, stop_moment
 
 log = logging.getLogger(__name__)
 
@@ -222,6 +222,7 @@ class RenderPool:
         if self._pool is not None:
             with children_keep_signals():
                 futures = [self._pool.submit(_ready) for _ in range(self.workers)]
+                stop_moment("render_start")
             pids = [future.result() for future in futures]
             log.info("render worker pids: %s", " ".join(map(str, sorted(set(pids)))))
 

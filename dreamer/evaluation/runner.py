@@ -23,7 +23,7 @@ from dreamer.data.collect import build_policy
 from dreamer.envs.make import ACHIEVEMENTS_KEY, make_env
 from dreamer.evaluation.reports import crafter_score
 from dreamer.runtime.relaunches import Relaunches
-from dreamer.runtime.signals import children_keep_signals
+from dreamer.runtime.signals import children_keep_signals, stop_moment
 
 log = logging.getLogger(__name__)
 
@@ -236,6 +236,7 @@ class EvalRunner:
     def _submit(self, step: int) -> None:
         with children_keep_signals():  # torchrl starts the process from a thread started here
             accepted = self.evaluator.trigger_eval(self._pending_weights, step=step)
+            stop_moment("eval_start")
         if accepted:
             self.pending_step = step
         else:

@@ -18,6 +18,7 @@ from dreamer.errors import ConfigError
 from dreamer.runtime.cores import usable_cores
 from dreamer.runtime.dist import GradientAverager, World
 from dreamer.runtime.malloc import keep_freed_memory
+from dreamer.runtime.signals import stop_moment
 
 
 class NonFiniteError(RuntimeError):
@@ -261,6 +262,7 @@ class Learner:
         try:
             with torch.random.fork_rng(devices=[]):
                 started = time.perf_counter()
+                stop_moment("timed_update")
                 self.update(batch)
                 first = time.perf_counter() - started
                 for _ in range(most):

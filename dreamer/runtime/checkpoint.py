@@ -26,6 +26,7 @@ import torch
 from torchrl.checkpoint import GlobalRNGState
 
 from dreamer.runtime.files import replacing, temporary_of
+from dreamer.runtime.signals import stop_moment
 
 log = logging.getLogger("dreamer")
 PREFIX = "checkpoint-"
@@ -69,6 +70,7 @@ def save(logdir: Path, step: int, state: dict, keep: int = 3) -> Path:
     try:
         with replacing(final) as handle:
             torch.save(content, handle)
+            stop_moment("checkpoint_write")
     except (OSError, RuntimeError) as error:  # torch.save wraps write errors in RuntimeError
         free = shutil.disk_usage(folder).free  # torch's message may not say the disk is full
         raise CheckpointError(

@@ -72,8 +72,11 @@ def children_keep_signals(stopped: bool = False):
     # ends its children, which would otherwise each print a KeyboardInterrupt traceback
     blocked = [signal.SIGINT, *(stop.ignored() if stop is not None else [])]
     blocked += [signal.SIGHUP] if stopped else []
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+    # the mask as it is, changed inside the try: a Ctrl-C already pending raises
+    # KeyboardInterrupt from the call that changes it, which would leave SIGINT blocked
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
@@ -107,6 +110,24 @@ def ctrl_c_after_block():
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if pending:
         raise KeyboardInterrupt
+
+
+STOP_AT = "DREAMER_STOP_AT"
+
+
+def stop_moment(name: str) -> None:
+    """A moment where a stop is hardest to get right: a child process starting while
+    this thread blocks SIGINT, a checkpoint half written, the update timed at start.
+    With ``DREAMER_STOP_AT=name`` (or ``name:SIGTERM``, another signal by name) the run
+    stops itself here, once: Ctrl-C's SIGINT to its whole process group, as a terminal
+    sends it. Tests stop a run at each such moment this way, not at a random one."""
+    wanted, _, signame = os.environ.get(STOP_AT, "").partition(":")
+    if wanted != name:
+        return
+    del os.environ[STOP_AT]  # once, and not in the children started after it
+    signum = signal.Signals[signame or "SIGINT"]
+    logging.getLogger("dreamer").info("%s at %s (%s)", signum.name, name, STOP_AT)
+    os.killpg(os.getpgrp(), signum)
 
 
 PR_SET_PDEATHSIG = 1  # prctl(2)
@@ -159,7 +180,12 @@ def terminal_job():
     its own on the terminal, as a shell makes a command it starts: its own process group,
     the terminal's foreground one. Ctrl-C then reaches the run alone, not make, which
     printed ``make: *** [...] Interrupt`` below the run's resume line. The terminal goes
-    back to the group it came from on exit (a shell takes it back after a kill)."""
+    back to the group it came from on exit (a shell takes it back after a kill).
+
+    As a shell does for its foreground job, Ctrl-C is taken again where it came ignored:
+    a make started by a script in the background (or a suite run with ``&``) passes
+    SIGINT ignored down to the run, which then held the terminal and lost every Ctrl-C
+    typed at it."""
     fd = sys.stdin.fileno() if sys.stdin is not None and sys.stdin.isatty() else None
     if os.environ.get(TERMINAL_JOB) != "1" or fd is None or os.tcgetpgrp(fd) != os.getpgrp():
         yield
@@ -167,9 +193,13 @@ def terminal_job():
     came_from = os.getpgrp()
     os.setpgid(0, 0)
     _hand_terminal(fd, os.getpgrp())
+    interrupt = signal.getsignal(signal.SIGINT)
+    if interrupt == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
+        signal.signal(signal.SIGINT, interrupt)
         with contextlib.suppress(OSError):  # the terminal is gone
             _hand_terminal(fd, came_from)
 
