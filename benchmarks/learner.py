@@ -31,7 +31,7 @@ from dreamer.command_line import load  # noqa: E402
 from dreamer.data.replay import random_batch  # noqa: E402
 from dreamer.envs.make import describe_env  # noqa: E402
 from dreamer.learning.learner import Learner, cpu_has_bf16  # noqa: E402
-from dreamer.runtime.dist import World  # noqa: E402
+from dreamer.runtime.world import World  # noqa: E402
 
 
 def modes(device: torch.device, last: int) -> dict[str, list[str]]:

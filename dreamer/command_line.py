@@ -10,7 +10,7 @@ import dataclasses
 import os
 import sys
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -296,7 +296,7 @@ def finish(composed: DictConfig, dict_values: Mapping[str, Any] = {}) -> DictCon
             OmegaConf.update(cfg, key, value, merge=False)
     except OmegaConfBaseException as e:
         raise composition_error(e, env_name) from None
-    from dreamer.runtime.dist import World
+    from dreamer.runtime.world import World
 
     _validate(cfg, World.from_environment().size)
     OmegaConf.set_struct(cfg, True)
@@ -306,7 +306,7 @@ def finish(composed: DictConfig, dict_values: Mapping[str, Any] = {}) -> DictCon
 
 def parse_args(
     argv: list[str],
-    usage_text: str,
+    usage_text: str | Callable[[], str],
     allowed: tuple[str, ...] | None = None,
     positional: str | None = None,
     cfg_flag: bool = False,
@@ -320,7 +320,7 @@ def parse_args(
     args = iter(argv)
     for arg in args:
         if arg in ("-h", "--help"):
-            print(usage_text)
+            print(usage_text if isinstance(usage_text, str) else usage_text())
             sys.exit(0)
         if cfg_flag and arg in ("--cfg", "-c"):
             show = next(args, "")

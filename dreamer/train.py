@@ -1,354 +1,59 @@
-"""``python -m dreamer.train [overrides]``: set up, run the loop, clean up."""
+"""``python -m dreamer.train [overrides]``: the command line read and checked, the
+collector's forkserver started, then the run (``dreamer.training.loop``).
+
+Reading the command line needs no torch: ``--help`` and a bad override answer at once,
+and a run starts its env workers' imports while this process imports the learner's."""
 
 from __future__ import annotations
 
 # before anything imports torch: libgomp reads its settings when torch loads it
 from dreamer.runtime.openmp import choose_wait_policy
 
-OPENMP = choose_wait_policy()
+choose_wait_policy()
 
-import contextlib
-import copy
-import logging
-import shlex
-import shutil
 import sys
-import time
-from pathlib import Path
 
-import torch
-from omegaconf import DictConfig, OmegaConf, read_write
+from omegaconf import DictConfig, OmegaConf
 
-from dreamer.agent.spaces import spaces_to_dict
 from dreamer.command_line import load, parse_args
-from dreamer.data.collect import CollectorError, pace_mode, path_note
-from dreamer.data.replay import random_batch
-from dreamer.envs import registry
+from dreamer.data.forkserver import start_forkserver
 from dreamer.errors import ConfigError
-from dreamer.evaluation.periodic import PeriodicEvaluation
 from dreamer.key_reference import usage
-from dreamer.learning.learner import NonFiniteError, describe, learner_threads
-from dreamer.outputs import metric_keys
-from dreamer.outputs.logs import (
-    IntervalMeans,
-    MetricsWriter,
-    OutputError,
-    Progress,
-    Rates,
-    setup_logging,
-)
-from dreamer.outputs.trackers import check_installed
-from dreamer.runtime import checkpoint, signals
-from dreamer.runtime.cores import usable_cores
-from dreamer.runtime.dist import World, process_group
-from dreamer.runtime.heap import frozen_heap
-from dreamer.runtime.lock import RunLock, RunLockedError
-from dreamer.runtime.malloc import keep_freed_memory
-from dreamer.runtime.schedules import Clock
-from dreamer.runtime.signals import StopSignals
-from dreamer.runtime.timing import CpuSpeedNote, LoopTimers
-from dreamer.training.parts import build_parts
-from dreamer.training.rundir import make_run_dir, prepare_run_dir, resolved_logdir
-
-log = logging.getLogger("dreamer")
+from dreamer.runtime import signals
 
 
-def main(argv: list[str] | None = None, build=build_parts, cfg=None) -> int:
+def main(argv: list[str] | None = None, build=None, cfg: DictConfig | None = None) -> int:
     """Returns 0 when done, REQUEUE_EXIT after SIGTERM/SIGUSR1 (checkpointed);
     Ctrl-C checkpoints and raises KeyboardInterrupt; user errors exit 2.
-
-    Under torchrun every rank runs this; rank 0 alone owns the run directory (lock,
-    config, metrics, checkpoints) and the others start from its checkpoint."""
+    ``build``: the run's parts (default ``dreamer.training.parts.build_parts``)."""
     argv = sys.argv[1:] if argv is None else argv
     if cfg is None:  # a sweep's job passes the config its launcher composed
         cfg = from_argv(argv)
-    world = World.from_environment()
-    setup_logging(world.rank)
-    signals.quiet_handshake_resets()
-    created: list[Path] = []  # the run directory and the parents made for it
     try:
-        device = world.device(cfg.learner.device)
-        with process_group(world, device, cfg.learner.dist_timeout):
-            logdir = Path(world.broadcast_object(str(resolved_logdir(cfg))))  # rank 0's
-            cfg = with_logdir(cfg, logdir)
-            if world.main:
-                created = [p for p in (logdir, *logdir.parents) if not p.exists()]
-                make_run_dir(logdir)
-            with RunLock(logdir) if world.main else contextlib.nullcontext():
-                state = prepare_run_dir(cfg, logdir) if world.main else None
-                world.barrier()  # rank 0 has checked the run directory and saved the config
-                if not world.main:
-                    state = checkpoint.latest_state(logdir)
-                try:
-                    code = train(cfg, logdir, state, world, device, build)
-                    if code == signals.REQUEUE_EXIT and world.main:
-                        log.info("resume it with: %s", resume_command(argv, logdir))
-                    return code
-                except KeyboardInterrupt:
-                    log.info(
-                        "interrupted: checkpoint written; resume it with: %s",
-                        resume_command(argv, logdir),
-                    )
-                    raise
-    except (ConfigError, RunLockedError, checkpoint.CheckpointError) as error:
-        if created:  # refused before any training: leave no half-created run directory
-            shutil.rmtree(created[0], ignore_errors=True)
-            for parent in created[1:]:
-                with contextlib.suppress(OSError):  # another run may have made it since
-                    parent.rmdir()
-        print(f"error: {_ranked(world, error)}", file=sys.stderr)
+        start_forkserver(cfg)
+    except ConfigError as e:  # the env this machine cannot run
+        print(f"error: {e}", file=sys.stderr)
         return 2
-    except (NonFiniteError, CollectorError, OutputError, checkpoint.SaveFailures) as error:
-        print(f"error: {_ranked(world, error)}", file=sys.stderr)
-        return 1
+    from dreamer.training import loop  # torch, torchrl: seconds
+
+    return loop.run(argv, cfg, *([build] if build is not None else []))
 
 
 def from_argv(argv: list[str]) -> DictConfig:
     """``python -m dreamer.train``'s command line: overrides plus ``--cfg job`` / ``-h``;
     user errors exit 2 with one line."""
     try:
-        overrides, show = parse_args(argv, usage(), cfg_flag=True)
+        overrides, show = parse_args(argv, usage, cfg_flag=True)  # usage(): --help only
         cfg = load(overrides)
         if show:  # as the run would save it: with the folder it would write to
+            from dreamer.training.rundir import resolved_logdir, with_logdir
+
             print(OmegaConf.to_yaml(with_logdir(cfg, resolved_logdir(cfg))), end="")
             sys.exit(0)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     return cfg
-
-
-def with_logdir(cfg: DictConfig, logdir: Path) -> DictConfig:
-    """The run's config as it saves it: ``run.logdir`` the folder it writes to."""
-    cfg = copy.deepcopy(cfg)
-    with read_write(cfg):
-        cfg.run.logdir = str(logdir)
-    return cfg
-
-
-def _ranked(world: World, error: Exception) -> str:
-    return f"rank {world.rank}: {error}" if world.distributed else str(error)
-
-
-def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=build_parts) -> int:
-    """The loop. ``build`` makes the run's parts (``dreamer.training.parts.build_parts``)."""
-    parts, pace = set_up(cfg, logdir, resume, world, device, build)
-    learner, replay, steps, collector = parts.learner, parts.replay, parts.steps, parts.collector
-    policy = parts.agent.policy
-    start = steps.env_steps
-    if start >= cfg.run.steps:
-        log.info("nothing to do: %d env steps already done (run.steps=%d)", start, cfg.run.steps)
-        return 0
-    writer = announce(cfg, parts, pace, logdir, world, device)
-    speed_note = CpuSpeedNote(cfg, world.main and device.type == "cpu", start)
-    extras = {"config": OmegaConf.to_container(cfg), "spaces": spaces_to_dict(parts.spaces)}
-    save = checkpoint.Saver(logdir, parts.registry, extras, cfg.run.keep, cfg.run.save_failures)
-    losses, timers = IntervalMeans(), LoopTimers(learner.updates)
-    alone = not world.distributed  # acts on its own stop signal at once; ranks at the lockstep
-    evaluation = progress = None
-    finished = failed_output = stopping = False  # failed_output: a full disk
-    # from here a stop (a signal, Ctrl-C) ends with a checkpoint, whatever is starting
-    with StopSignals() as stop:
-        try:
-            estimate_at_start(speed_note, learner, parts.spaces, cfg, world)
-            collector.start()
-            evaluation = periodic_evaluation(cfg, logdir, parts, writer, resume, world)
-            should_log = RowClock(cfg.run.log_every, cfg.run.log_seconds, cfg.run.steps, start)
-            should_save = Clock(cfg.run.save_every, time.monotonic())
-            should_push = Clock.aligned(cfg.collector.sync_every, learner.updates)
-            rates = Rates(start, learner.updates)
-            progress = Progress(
-                cfg.run.steps,
-                start,
-                cfg.run.progress and world.main,
-                learner.updates,
-                speed_note.started,
-            )
-            with frozen_heap(freeze=cfg.run.gc_freeze) as gc_stats:
-                for _ in timers.waiting(collector):
-                    env_steps, stopping, ready = steps(
-                        parts.episodes.worker_steps, bool(stop.received), replay.can_sample()
-                    )
-                    due = parts.train_ratio(env_steps, ready)
-                    progress.expect(learner.updates + due + parts.train_ratio.left(cfg.run.steps))
-                    with collector.paced(due > 0):
-                        for _ in range(due):
-                            with timers.phase("sample"):
-                                batch = replay.sample()
-                            started = time.perf_counter()
-                            with signals.ctrl_c_after_block():
-                                losses.add(learner.update(batch))
-                            timers.add("update", seconds := time.perf_counter() - started)
-                            speed_note(seconds)
-                            progress.update(env_steps, learner.updates)
-                            if should_push(learner.updates):
-                                with timers.phase("sync"):
-                                    collector.push(policy, cfg.collector.push_timeout)
-                            if alone and stop.received:
-                                break
-                    progress.update(env_steps, learner.updates)
-                    if evaluation is not None:  # before the save: it holds the one in flight
-                        with timers.phase("eval"):
-                            evaluation(env_steps, policy)
-                    with timers.phase("log"):
-                        if world.main and should_log(env_steps):
-                            row = {"env_steps": env_steps, **rates(env_steps, learner.updates)}
-                            writer.write(env_steps, row | metrics(parts, losses, gc_stats, timers))
-                        if world.main and should_save(time.monotonic()):
-                            save(env_steps)
-                    stopping = stopping or (alone and bool(stop.received))
-                    if env_steps >= cfg.run.steps or stopping:
-                        break
-            finished = not stopping
-        except (OutputError, checkpoint.SaveFailures):
-            # the disk is full: the last good checkpoint (and the rows up to it) is where a
-            # rerun resumes; a checkpoint now could hold steps whose row was never written
-            failed_output = True
-            raise
-        finally:
-            collector.shutdown()
-            if progress is not None:
-                progress.close()
-            saved = save.final(steps.env_steps) if world.main and not failed_output else True
-            close(evaluation, finished, writer, timers)
-    return outcome(saved, finished, stop.received, parts, logdir, world)
-
-
-def set_up(cfg, logdir: Path, resume: dict | None, world: World, device, build):
-    """The run's parts, built and restored from ``resume``, with the learner's threads
-    set for the collection pace it runs beside; returns (parts, pace)."""
-    check_installed(cfg.logger.use)
-    pace = pace_mode(cfg.collector.pace, device.type == "cpu")
-    collectors = cfg.run.envs // cfg.collector.envs_per_worker + 1  # + the inference process
-    torch.set_num_threads(learner_threads(cfg.learner.threads, device, pace != "none", collectors))
-    parts = build(cfg, logdir, world, device, pace=pace)
-    parts.restore(cfg, resume, world)
-    return parts, pace
-
-
-def announce(cfg, parts, pace: str, logdir: Path, world: World, device) -> MetricsWriter | None:
-    """The start line (what trains, how, where) and the collection's speed note; returns
-    the metrics writer (rank 0's)."""
-    if world.main and (note := path_note(bool(parts.spaces.image_keys))):
-        log.info(note)  # a note on speed, not a problem with this run
-    writer = MetricsWriter.from_config(cfg, logdir) if world.main else None
-    log.info(
-        "training %s on %s (update: %s; learner: %d torch threads of %d usable cores, "
-        "OpenMP %s, malloc %s; collection pace while it updates: %s), logging to %s",
-        cfg.model.name,
-        registry.label(cfg.env),
-        describe(cfg.learner, parts.learner.modes, device),
-        torch.get_num_threads(),
-        usable_cores(),
-        " ".join(f"{k}={v}" for k, v in OPENMP.items()) or "as the environment sets it",
-        "keeps freed memory" if keep_freed_memory() else "as glibc or the environment sets it",
-        pace,
-        logdir,
-    )
-    return writer
-
-
-def periodic_evaluation(cfg, logdir: Path, parts, writer, resume: dict | None, world: World):
-    """Rank 0's evaluations when one is due before ``run.steps``, checkpointed with the
-    run (the one in flight); None otherwise."""
-    if not (world.main and 0 < cfg.eval.every <= cfg.run.steps):
-        return None
-    evaluation = PeriodicEvaluation(cfg, logdir, parts, writer, parts.steps.env_steps)
-    evaluation.resume(resume)
-    parts.registry.register("evaluation", evaluation)
-    return evaluation
-
-
-class RowClock:
-    """When the loop writes a metrics row: every ``every`` env steps (aligned, so a
-    resumed run logs at the same steps), at ``run.steps``, and at new env steps once
-    ``seconds`` of wall time passed without one (a CPU run's first row was ~78 min away)."""
-
-    def __init__(self, every: int, seconds: float, end: int, start: int):
-        self.aligned, self.seconds, self.end = Clock.aligned(every, start), seconds, end
-        self.last = (start, time.monotonic())  # env step and time of the last row
-
-    def __call__(self, env_steps: int) -> bool:
-        overdue = time.monotonic() - self.last[1] >= self.seconds and env_steps > self.last[0]
-        if self.aligned(env_steps) or env_steps >= self.end or overdue:
-            self.last = (env_steps, time.monotonic())
-            return True
-        return False
-
-
-def metrics(parts, losses: IntervalMeans, gc_stats, timers: LoopTimers) -> dict:
-    """A metrics row's values besides the env step and the rates (docs/outputs.md)."""
-    learner = parts.learner
-    return {
-        "updates": learner.updates,
-        "replay/size": len(parts.replay),
-        "policy_version": parts.collector.policy_version,
-        "learner/skipped": learner.optimizer.skipped,
-        **metric_keys.logged(losses.flush()),
-        **parts.episodes.flush(),
-        **parts.relaunches.metrics(),
-        **gc_stats.metrics(),
-        **timers.flush(learner.updates),
-    }
-
-
-def close(evaluation, finished: bool, writer, timers: LoopTimers) -> None:
-    """After the loop: the evaluation (waited for when the run reached its end), the
-    metrics file, and where the loop's time went."""
-    if evaluation is not None:
-        evaluation.close(finished)
-    if writer is not None:
-        writer.close()
-    log.info(timers.summary())
-
-
-def outcome(saved: bool, finished: bool, received, parts, logdir: Path, world: World) -> int:
-    """The exit code and its line: done (0), stopped by a signal (REQUEUE_EXIT, a
-    ``stopped`` file saying at which step) or the final checkpoint lost (1)."""
-    if not saved:
-        log.error("the final checkpoint could not be written; a rerun resumes from the last one")
-        return 1
-    env_steps = parts.steps.env_steps
-    if not finished:
-        message = f"stopped by signal {received or '(on another rank)'} at env step {env_steps}"
-        if world.main:
-            (logdir / signals.STOPPED_FILE).write_text(message + "\n")
-        log.info("%s", message)
-        return signals.REQUEUE_EXIT
-    log.info("done: %d env steps, %d updates", env_steps, parts.learner.updates)
-    return 0
-
-
-def estimate_at_start(speed_note, learner, spaces, cfg, world: World) -> None:
-    """Without a GPU, the run's estimate from updates timed before collection starts
-    (not across ranks: each would wait for the others; not for a run without updates).
-    A stop meanwhile is the loop's: SIGTERM's flag waits for the timed updates, Ctrl-C
-    cuts them short (the learner is left as it was; the clean-up checkpoints it)."""
-    if not (speed_note.enabled and not world.distributed and speed_note.updates() > 0):
-        return
-    batch = random_batch(spaces, cfg.replay.batch, cfg.replay.length)
-    compiling = learner.modes["compile"]
-    log.info(  # it takes up to a minute (a cold compile): the screen says what runs
-        "timing the learner update before collection starts%s",
-        ": the first compiles it (tens of seconds the first time on this machine, "
-        "seconds once torch's compile cache holds it)"
-        if compiling
-        else "",
-    )
-    first, quickest = learner.timed_update(batch)
-    how = "the quickest of the updates timed before collection; the first took "
-    how += f"{first:.1f} s{', compiling' if compiling else ''}"
-    speed_note.start(quickest, how)
-
-
-def resume_command(argv: list[str], logdir: Path) -> str:
-    """The run's command line ``argv`` with ``run.logdir`` pointing at ``logdir``: what
-    continues it (a rerun without it would start a new run directory). The interpreter
-    is this one, by its path: pasted into a shell without the venv active, or outside
-    ``make``, a bare ``python`` has no torch."""
-    kept = [arg for arg in argv if not arg.startswith("run.logdir=")]
-    interpreter = sys.executable or "python"
-    return shlex.join([interpreter, "-m", "dreamer.train", *kept, f"run.logdir={logdir.resolve()}"])
 
 
 def cli() -> int:

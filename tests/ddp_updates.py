@@ -23,7 +23,8 @@ import torch
 from dreamer.agent.build import build_agent
 from dreamer.command_line import load
 from dreamer.learning.learner import Learner
-from dreamer.runtime.dist import World, process_group
+from dreamer.runtime.dist import process_group
+from dreamer.runtime.world import World
 from tests.batches import real_batch
 
 

@@ -123,9 +123,10 @@ from omegaconf import OmegaConf
 from dreamer.agent.build import latent_sizes
 from dreamer.command_line import load
 from dreamer.data import collect
+from dreamer.data.forkserver import forkserver_preload
 cfg = load(sys.argv[1:])
 env = OmegaConf.to_container(cfg.env)
-for name in collect.forkserver_preload(env)[:-1]:  # not the heap's freeze
+for name in forkserver_preload(cfg.env.name)[:-1]:  # not the heap's freeze
     importlib.import_module(name)
 before = {name.split(".")[0] for name in sys.modules}
 collect.make_env(env, 0, latent_sizes(cfg.model)).rollout(5)

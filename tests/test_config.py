@@ -16,7 +16,7 @@ from dreamer.command_line import load
 from dreamer.config import CONF_DIR
 from dreamer.errors import ConfigError
 from dreamer.learning.learner import cpu_has_bf16
-from dreamer.runtime.dist import World
+from dreamer.runtime.world import World
 from dreamer.training.rundir import resolved_logdir
 from tests.runs import forked_runs
 

@@ -65,7 +65,7 @@ def test_children_die_and_the_run_goes_on(tmp_path):
     logdir = tmp_path / "run"
     # in a session of its own, USR1 ignored, as slurm/node.sh starts it
     run = Trainer(logdir, *RUN, log=tmp_path / "run.log", session=True, ignore_usr1=True)
-    # a render worker (started with the run), killed: a new pool
+    # a render worker (started with the first evaluation), killed: a new pool
     os.kill(int(run.wait_for(r"render worker pids: (\d+)")), signal.SIGKILL)
     # the inference server, killed: a new collector with a new server
     os.kill(int(run.wait_for(r"inference server pid: (\d+)")), signal.SIGKILL)

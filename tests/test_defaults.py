@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -120,3 +122,35 @@ def test_help_prints_the_other_sections_as_a_run_without_overrides_gets_them(cap
         for key, value in lines[label].items():
             if f"{label}.{key}" not in DERIVED:
                 assert value == shown_as(node[key]), f"{label}.{key}"
+
+
+# the command as `python -m dreamer.train ARGV` runs it, with torch, torchrl and tensordict
+# made unimportable: importing any of them fails the command
+WITHOUT_TORCH = """
+import runpy, sys
+sys.modules.update(dict.fromkeys(["torch", "torchrl", "tensordict"]))
+sys.argv[0] = "dreamer.train"
+runpy.run_module("dreamer.train", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize(
+    "argv, code, first",
+    [
+        (["--help"], 0, "usage: python -m dreamer.train"),
+        (["run.steps=-5"], 2, "error: run.steps: must be >= 1, got -5"),
+        (["experiement=smoke"], 2, "error: experiement: unknown key"),
+        (["env=gym"], 2, "error: env.id: required for env=gym"),
+    ],
+    ids=["help", "out-of-range", "typo", "missing"],
+)
+def test_help_and_a_refused_command_line_answer_without_torch(argv, code, first):
+    """``--help`` and a command line the config refuses answer before torch, torchrl or
+    tensordict are imported (seconds of imports: the answer took 4 s)."""
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_TORCH, *argv], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == code, done.stderr[-2000:]
+    assert (done.stdout + done.stderr).startswith(first), done.stderr[-2000:]
+    if code:
+        assert done.stderr.count("\n") == 1 and done.stdout == ""

@@ -13,7 +13,7 @@ import torch
 from dreamer import train
 from dreamer.command_line import load
 from dreamer.runtime import checkpoint
-from dreamer.runtime.dist import World
+from dreamer.runtime.world import World
 from dreamer.training.parts import build_parts
 from tests.runs import QUICK, read_metrics
 

@@ -291,7 +291,8 @@ class WhenTorchLoads(importlib.abc.MetaPathFinder):
             seen.update({k: os.environ.get(k) for k in KEYS})
         return None
 sys.meta_path.insert(0, WhenTorchLoads())
-import dreamer.train
+import dreamer.train  # the command: reads the command line without torch
+import dreamer.training.loop  # the run: torch
 print(json.dumps(seen))
 """
     clean = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}

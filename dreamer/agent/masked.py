@@ -20,8 +20,6 @@ weighted by the probability of the root choices that use it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import (
@@ -36,28 +34,8 @@ from torch.distributions import Distribution
 from torch.nn import functional
 from torchrl.modules import DreamerV3MLP
 
+from dreamer.agent.heads import Head, mask_keys
 from dreamer.torchrl_compat import dreamer_v3_init
-
-
-@dataclass(frozen=True)
-class Head:
-    """One action head: ``size`` choices, an optional mask observation key, and for an
-    argument head the root choices that use it, each with the mask that applies."""
-
-    size: int
-    mask: str | None = None
-    gated_by: tuple[tuple[int, str], ...] = ()
-
-
-def mask_keys(heads: tuple[Head, ...]) -> dict[str, int]:
-    """Every mask observation key of a layout, with its size."""
-    keys = {}
-    for head in heads:
-        if head.mask:
-            keys[head.mask] = head.size
-        for _, key in head.gated_by:
-            keys[key] = head.size
-    return keys
 
 
 def _mixed_log_probs(logits: torch.Tensor, valid: torch.Tensor, unimix: float) -> torch.Tensor:

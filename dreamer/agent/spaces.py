@@ -13,7 +13,7 @@ import torch
 from torchrl.data import Composite, MultiOneHot, OneHot, TensorSpec
 from torchrl.envs import ActionScaling
 
-from dreamer.agent.masked import Head
+from dreamer.agent.heads import Head
 from dreamer.torchrl_compat import gym_env
 
 # Keys that the env transforms add for the agent itself, never encoded.

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
 import itertools
 import logging
 import os
@@ -24,7 +23,7 @@ from torchrl.modules.inference_server import (
 from dreamer import torchrl_compat as compat
 from dreamer.agent.build import build_acting
 from dreamer.agent.spaces import EnvSpaces
-from dreamer.envs import registry
+from dreamer.data.forkserver import forkserver_preload
 from dreamer.envs.make import make_env
 from dreamer.errors import ConfigError
 from dreamer.runtime.checkpoint import rng_kept
@@ -78,26 +77,6 @@ def spread_affinity(worker: int) -> list[int]:
     """``collector.worker_affinity=spread``: worker i runs on the i-th allowed core."""
     cores = allowed_cores()
     return [cores[worker % len(cores)]]
-
-
-def forkserver_preload(env) -> list[str]:
-    """What the env workers and the inference process run, imported once by their
-    forkserver: this module (torchrl's collector, the env maker, the acting policy), the
-    env kind's module, its simulator package and what building an env imports from it,
-    pandas where it is installed, then the freeze of that heap.
-
-    pandas: tensordict's ``TensorDict.from_any`` imports it (and with it pyarrow) at the
-    first dict it converts, which every env worker does at its first steps; imported
-    there, after the fork, it cost each of them ~31 MB of private memory."""
-    kind = registry.kind(env["name"])
-    return [
-        __name__,
-        kind.module,
-        *([kind.package] if kind.package else []),
-        *([kind.preload] if kind.preload else []),
-        *(["pandas"] if importlib.util.find_spec("pandas") else []),
-        "dreamer.runtime.forkserver_heap",
-    ]
 
 
 def check_machine(collector) -> None:
@@ -180,7 +159,7 @@ def make_collector(
         )
     torch.set_num_threads(driver_threads)
     if not grouped:  # env workers forked from one process that imported what they run
-        compat.start_from_forkserver(result, forkserver_preload(env))
+        compat.start_from_forkserver(result, forkserver_preload(env["name"]))
     transport = compat.collector_transport(result)
     if not grouped and not isinstance(transport, ProcessSlotTransport):
         result.shutdown()

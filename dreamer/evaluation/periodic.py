@@ -25,11 +25,7 @@ class PeriodicEvaluation:
         self.pool = RenderPool(
             pool_size(cfg.eval.render_workers), parts.relaunches, on_file=writer.log_file
         )
-        try:
-            self.pool.start()
-        except BaseException:  # Ctrl-C as its workers start: none outlives the run
-            self.close(finished=False)
-            raise
+        self.pool_started = False
         self.due = Clock.aligned(cfg.eval.every, start)
 
     def resume(self, resume: dict | None) -> None:
@@ -37,10 +33,20 @@ class PeriodicEvaluation:
         ran it, runs again (unless its row was written after all)."""
         in_flight = (resume or {}).get("evaluation") or {"step": None}
         if in_flight["step"] is not None and not has_eval_row(self.logdir, in_flight["step"]):
+            self.start_pool()
             self.runner.load_state_dict(in_flight)
+
+    def start_pool(self) -> None:
+        """The render pool's workers, started with the first evaluation (whose episodes
+        take longer than their start), not with the run: on few cores their imports
+        took the CPU the run's first env steps and updates needed."""
+        if not self.pool_started:
+            self.pool_started = True
+            self.pool.start()
 
     def __call__(self, env_steps: int, policy) -> None:
         if self.due(env_steps):
+            self.start_pool()
             self.runner.trigger(env_steps, policy)
         if (result := self.runner.poll()) is not None:
             self.report(result)

@@ -207,6 +207,7 @@ class RenderPool:
         self.on_file = on_file
         self.failures: list[str] = []
         self._pending: list[tuple[Path, Future, tuple]] = []  # path, future, what to redraw
+        self._starting: list[Future] = []  # the workers' start, until they are all up
         self._pool = None
         if workers:
             self._pool = self._new_pool()
@@ -218,13 +219,21 @@ class RenderPool:
         )
 
     def start(self) -> None:
-        """Start every worker now (during setup) rather than at the first figure."""
+        """Start every worker now, ahead of the first figure (they import matplotlib for
+        seconds); ``poll`` logs their pids once they are up. Not waited for: the run
+        goes on meanwhile."""
         if self._pool is not None:
             with children_keep_signals():
-                futures = [self._pool.submit(_ready) for _ in range(self.workers)]
+                self._starting = [self._pool.submit(_ready) for _ in range(self.workers)]
                 stop_moment("render_start")
-            pids = [future.result() for future in futures]
-            log.info("render worker pids: %s", " ".join(map(str, sorted(set(pids)))))
+
+    def _announce(self) -> None:
+        """The workers' pids, once every one started (``start``)."""
+        if self._starting and all(future.done() for future in self._starting):
+            starting, self._starting = self._starting, []
+            pids = {future.result() for future in starting if future.exception() is None}
+            if pids:  # (none: the pool broke meanwhile, and its replacement says so)
+                log.info("render worker pids: %s", " ".join(map(str, sorted(pids))))
 
     def submit(self, kind: str, path: Path, **arguments) -> None:
         if self._pool is None:
@@ -258,16 +267,15 @@ class RenderPool:
         """Replace a pool a dead worker broke (its figures are drawn again), and report
         finished renders. Cheap enough to call every loop iteration."""
         if self._pool is None or not self._pool._broken:  # no public accessor
+            self._announce()
             self.collect()
             return
+        self._starting = []
         self.relaunches.add("render")
         log.error("a render worker died (%s); replacing the render pool", self._pool._broken)
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._pool = self._new_pool()
-        try:
-            self.start()
-        except BrokenProcessPool:  # killed again while starting: the next poll retries
-            pass
+        self.start()
         pending, self._pending = self._pending, []
         for path, future, (work, attempt) in pending:
             lost = not future.done() or future.cancelled()

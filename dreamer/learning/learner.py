@@ -16,9 +16,10 @@ from torchrl.trainers.algorithms import DreamerV3OptimizationStepper, DreamerV3O
 from dreamer.agent.build import Agent
 from dreamer.errors import ConfigError
 from dreamer.runtime.cores import usable_cores
-from dreamer.runtime.dist import GradientAverager, World
+from dreamer.runtime.dist import GradientAverager
 from dreamer.runtime.malloc import keep_freed_memory
 from dreamer.runtime.signals import stop_moment
+from dreamer.runtime.world import World
 
 
 class NonFiniteError(RuntimeError):

@@ -39,6 +39,9 @@ def gpu_learner(argv: list[str], gpus: Path = NVIDIA_GPUS) -> bool:
     return gpus.is_dir() and any(gpus.iterdir())
 
 
+_CHOSEN: dict[str, str] = {}  # what this process's choose_wait_policy set
+
+
 def choose_wait_policy(argv: list[str] | None = None, gpus: Path = NVIDIA_GPUS) -> dict[str, str]:
     """Sets ``SPIN`` (a CPU learner) or ``SLEEP`` (a GPU learner) in this process's
     environment unless the user set either variable; returns what it set."""
@@ -46,4 +49,10 @@ def choose_wait_policy(argv: list[str] | None = None, gpus: Path = NVIDIA_GPUS) 
         return {}
     chosen = SLEEP if gpu_learner(sys.argv[1:] if argv is None else argv, gpus) else SPIN
     os.environ.update(chosen)
+    _CHOSEN.update(chosen)
     return dict(chosen)
+
+
+def chosen_wait_policy() -> dict[str, str]:
+    """What ``choose_wait_policy`` set in this process (empty: the user's own, or none)."""
+    return dict(_CHOSEN)

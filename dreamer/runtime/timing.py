@@ -4,6 +4,7 @@ total, so a user can tell a collection-bound run from a learner-bound one."""
 from __future__ import annotations
 
 import logging
+import os
 import statistics
 import time
 from collections.abc import Iterable, Iterator
@@ -133,6 +134,39 @@ class CpuSpeedNote:
             f"(DMC from proprioception, 50k env steps, {CPU_RUN_LENGTH}); "
             "a quick end-to-end check: `make smoke`."
         )
+
+
+def since_launch() -> float:
+    """Seconds since this process was launched (Linux: its start time in /proc), its
+    interpreter's start and imports included."""
+    with open("/proc/self/stat") as stat:
+        started = int(stat.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+    with open("/proc/uptime") as uptime:
+        return float(uptime.read().split()[0]) - started
+
+
+class StartLine:
+    """One line once the run is under way: how long after launch its first transitions
+    and its first update came (a run's start is the first wait its user has)."""
+
+    def __init__(self):
+        self.transitions_at: float | None = None
+        self.said = False
+
+    def transitions(self) -> None:
+        if self.transitions_at is None:
+            self.transitions_at = since_launch()
+
+    def updated(self, env_steps: int) -> None:
+        if not self.said:
+            self.said = True
+            log.info(
+                "under way: first transitions %.1f s, first update %.1f s after launch "
+                "(env step %d)",
+                self.transitions_at or 0.0,
+                since_launch(),
+                env_steps,
+            )
 
 
 def duration(seconds: float) -> str:

@@ -22,9 +22,10 @@ from dreamer.data.replay import SequenceReplay, action_heads, row_bytes
 from dreamer.envs.make import describe_env, env_config
 from dreamer.learning.learner import Learner
 from dreamer.runtime import checkpoint
-from dreamer.runtime.dist import Lockstep, World
+from dreamer.runtime.dist import Lockstep
 from dreamer.runtime.relaunches import Relaunches
 from dreamer.runtime.schedules import TrainRatio
+from dreamer.runtime.world import World
 from dreamer.training.warmstart import warm_start
 
 log = logging.getLogger("dreamer")

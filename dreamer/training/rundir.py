@@ -6,6 +6,7 @@ checkpoint's state."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import errno
 import logging
@@ -14,7 +15,7 @@ import re
 import time
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, read_write
 
 from dreamer.command_line import composition_error
 from dreamer.config import (
@@ -108,6 +109,14 @@ def resolved_logdir(cfg: DictConfig) -> Path:
             )
         return found
     return runs / time.strftime("%Y%m%d-%H%M%S")
+
+
+def with_logdir(cfg: DictConfig, logdir: Path) -> DictConfig:
+    """The run's config as it saves it: ``run.logdir`` the folder it writes to."""
+    cfg = copy.deepcopy(cfg)
+    with read_write(cfg):
+        cfg.run.logdir = str(logdir)
+    return cfg
 
 
 def run_folders(env) -> list[Path]:
