@@ -1,5 +1,6 @@
 """One learner update of the smoke agent in a process of its own, written to ``out``:
-its losses, its gradients, and how long the first update took (compiling included).
+its losses, its gradients, how long the first update took (compiling included) and
+what inductor's compile cache counted (hits: graphs loaded, misses: graphs compiled).
 
     python -m tests.compiled_update OUT [overrides...]
 """
@@ -30,7 +31,10 @@ def one_update(overrides: list[str]) -> dict:
     losses = learner.update(batch)
     seconds = time.perf_counter() - started
     grads = {name: p.grad.clone() for name, p in learner.loss.named_parameters()}
-    return {"losses": losses, "grads": grads, "seconds": seconds}
+    from torch._dynamo.utils import counters  # the compile caches' own hits and misses
+
+    cache = {key: int(value) for key, value in counters["inductor"].items() if "cache" in key}
+    return {"losses": losses, "grads": grads, "seconds": seconds, "cache": cache}
 
 
 if __name__ == "__main__":

@@ -1,60 +1,45 @@
-"""kill -9 the trainer at three random moments (one of them inside a checkpoint write):
-every rerun resumes, nothing is lost or duplicated, and the run finishes."""
+"""kill -9 the trainer at three moments (after a metrics row; inside a checkpoint write;
+as a resumed run starts its collector): every rerun resumes, nothing is lost or
+duplicated, and the run finishes. Each moment is the run's own: the test waits for its
+line, or the run kills itself there (``DREAMER_STOP_AT``), never a moment it races."""
 
-import os
-import random
 import signal
-import time
 
 import pytest
 
-from dreamer.runtime import checkpoint
+from dreamer.runtime import checkpoint, signals
+from tests import leaks
 from tests.runs import QUICK, UNTIL_STOPPED, Trainer, all_gone, read_metrics
 
 pytestmark = pytest.mark.slow
 
-KILLS = 3
-IN_A_WRITE = 1  # the kill that lands inside a checkpoint write
 RUN = [*QUICK, "run.save_every=1", "replay.storage=disk"]
+AFTER_A_ROW = None  # the test kills it once a row past the last checkpoint is written
+MOMENTS = [AFTER_A_ROW, "checkpoint_write:SIGKILL:2", "collector_start:SIGKILL"]
+IN_A_WRITE = 1  # the kill that lands inside a checkpoint write
 
 
-def kill_inside_a_checkpoint_write(trainer: Trainer, deadline: float) -> tuple[set, list]:
-    """Stop the trainer while a checkpoint's temporary file exists, then kill it there."""
-    folder = checkpoint.checkpoint_dir(trainer.logdir)
-    while True:
-        while not list(folder.glob(".*.tmp")):
-            assert time.monotonic() < deadline and trainer.process.poll() is None
-            time.sleep(0.0005)
-        os.kill(trainer.pid, signal.SIGSTOP)
-        if partial := list(folder.glob(".*.tmp")):  # still writing: kill it right there
-            return trainer.kill(), partial
-        os.kill(trainer.pid, signal.SIGCONT)  # the write ended meanwhile
-
-
-def test_kill_9_at_random_moments_loses_nothing(tmp_path):
-    rng = random.Random(20261129)
+def test_kill_9_at_three_moments_loses_nothing(tmp_path):
     logdir = tmp_path / "run"
     checkpoints = [0]
-    for moment in range(KILLS):
-        # killed whatever its speed: it would run until stopped
-        trainer = Trainer(logdir, *RUN, UNTIL_STOPPED, log=tmp_path / f"run{moment}.log")
-        # it resumed (rows a killed run left past its checkpoint are gone by the time
-        # it says "training") and made progress
-        trainer.wait_for("training")
-        trainer.wait_rows(past=checkpoints[-1])
-        if moment == IN_A_WRITE:
-            children, partial = kill_inside_a_checkpoint_write(trainer, time.monotonic() + 300)
-        else:
-            time.sleep(rng.uniform(0, 5))
+    for number, moment in enumerate(MOMENTS):
+        mark = {"DREAMER_TEST_KILLED_RUN": str(number)}  # its children inherit it
+        hook = {signals.STOP_AT: moment} if moment else {}
+        trainer = Trainer(
+            logdir, *RUN, UNTIL_STOPPED, log=tmp_path / f"run{number}.log", env=mark | hook
+        )
+        if moment is AFTER_A_ROW:
+            trainer.wait_rows(past=checkpoints[-1])  # it made progress
             children = trainer.kill()
-        assert trainer.wait(30) == -signal.SIGKILL
-        # env workers, the inference server, the eval process and the render pool
-        # all exit with it
-        assert children
-        assert all_gone(children) == []
-        if moment == IN_A_WRITE:
-            assert partial and all(path.exists() for path in partial)
-        found = checkpoint.latest(logdir)  # none yet if killed within the first second
+            assert children  # env workers, the inference server, the forkserver
+        assert trainer.wait(300) == -signal.SIGKILL, trainer.tail()
+        assert moment is AFTER_A_ROW or f"SIGKILL at {moment.split(':')[0]}" in trainer.text()
+        # whatever it had started (some may be gone already) exits with it
+        left = leaks.marked(*mark.popitem()) - {trainer.pid}
+        assert all_gone(left) == []
+        if number == IN_A_WRITE:
+            assert list(checkpoint.checkpoint_dir(logdir).glob(".*.tmp"))  # left half written
+        found = checkpoint.latest(logdir)
         step = checkpoint.load(found)["steps"]["env_steps"] if found else 0
         checkpoints.append(step)
         assert checkpoints[-1] >= checkpoints[-2], "a checkpoint went back in time"

@@ -1,44 +1,32 @@
 """kill -9 the trainer inside a replay chunk write, inside a checkpoint's replay tail
-write and inside the checkpoint write itself: each rerun restores exactly the replay of
+write and inside the checkpoint write itself (the run kills itself there:
+``DREAMER_STOP_AT``, no race with the write): each rerun restores exactly the replay of
 the checkpoint it resumes from (digest, generator and counters as the killed run logged
 them when it saved that checkpoint: nothing lost, nothing duplicated), and the run
 finishes with no metrics row lost or duplicated."""
 
-import os
 import re
 import signal
-import time
 from pathlib import Path
 
 import pytest
 
-from dreamer.runtime import checkpoint
+from dreamer.runtime import checkpoint, signals
 from tests.runs import QUICK, UNTIL_STOPPED, Trainer, read_metrics
 
 pytestmark = pytest.mark.slow
 
 # 2 streams of 200 steps: a chunk completes every 200 steps of a worker
 RUN = [*QUICK, "replay.size=400", "run.save_every=1"]
-# the replay logs its fingerprint at each checkpoint and resume; every replay file
-# write is held 0.3 s before its fsync and rename, a window to kill it in
-HOOKS = {"DREAMER_REPLAY_DEBUG": "1", "DREAMER_REPLAY_WRITE_DELAY": "0.3"}
+# the replay logs its fingerprint at each checkpoint and resume
+HOOKS = {"DREAMER_REPLAY_DEBUG": "1"}
 SAVED = re.compile(r"replay at checkpoint step (\d+): (.+)")
 RESTORED = re.compile(r"replay restored: (.+)")
-
-
-def kill_inside(trainer: Trainer, pattern: str, deadline: float) -> list[Path]:
-    """Stop the trainer while a file matching ``pattern`` (a temporary file of a write
-    under way) exists, and kill it there; returns the files."""
-    while True:
-        while not list(trainer.logdir.glob(pattern)):
-            assert time.monotonic() < deadline, f"no {pattern} in time:\n{trainer.tail()}"
-            assert trainer.process.poll() is None, trainer.tail()
-            time.sleep(0.002)
-        os.kill(trainer.pid, signal.SIGSTOP)
-        if partial := list(trainer.logdir.glob(pattern)):
-            trainer.kill()
-            return partial
-        os.kill(trainer.pid, signal.SIGCONT)
+MOMENTS = [  # the run kills itself (kill -9) inside the n-th such write: (moment, n, its file)
+    ("replay_chunk_write", 2, "replay/stream*/.chunk-*.tmp"),
+    ("replay_tail_write", 3, "replay/stream*/.tail-*.tmp"),  # the 2nd checkpoint's tails
+    ("checkpoint_write", 2, "checkpoints/.*.tmp"),
+]
 
 
 @pytest.mark.parametrize("storage", ["memory", "disk"])
@@ -46,20 +34,17 @@ def test_kill_9_inside_replay_and_checkpoint_writes_restores_the_saved_replay(st
     logdir = tmp_path / "run"
     run = [*RUN, f"replay.storage={storage}"]
     saved: dict[int, str] = {}  # env step -> the replay's fingerprint when it was saved
-    moments = [
-        ("replay/stream*/.chunk-*.tmp", "a chunk write"),
-        ("replay/stream*/.tail-*.tmp", "a checkpoint's replay tail"),
-        ("checkpoints/.*.tmp", "a checkpoint write"),
-    ]
-    for number, (pattern, what) in enumerate(moments):
-        trainer = Trainer(logdir, *run, UNTIL_STOPPED, log=tmp_path / f"run{number}.log", env=HOOKS)
-        trainer.wait_for("training")
-        check_restored(trainer.text(), saved, logdir)
-        trainer.wait_for("checkpoint written")
-        partial = kill_inside(trainer, pattern, time.monotonic() + 300)
-        assert trainer.wait(30) == -signal.SIGKILL, what
-        assert all(path.exists() for path in partial), what
-        saved |= {int(step): line for step, line in SAVED.findall(trainer.text())}
+    for number, (moment, nth, pattern) in enumerate(MOMENTS):
+        stop = {signals.STOP_AT: f"{moment}:SIGKILL:{nth}"}
+        trainer = Trainer(
+            logdir, *run, UNTIL_STOPPED, log=tmp_path / f"run{number}.log", env=HOOKS | stop
+        )
+        assert trainer.wait(300) == -signal.SIGKILL, trainer.tail()
+        text = trainer.text()
+        assert f"SIGKILL at {moment}" in text
+        check_restored(text, saved, logdir)
+        assert list(logdir.glob(pattern)), moment  # killed with the write under way
+        saved |= {int(step): line for step, line in SAVED.findall(text)}
     step = checkpoint.load(checkpoint.latest(logdir))["steps"]["env_steps"]
     final = Trainer(logdir, *run, f"run.steps={step + 300}", log=tmp_path / "final.log", env=HOOKS)
     assert final.wait(600) == 0, final.tail(3000)

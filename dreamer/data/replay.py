@@ -26,7 +26,7 @@ checkpoint) a checkpoint holds the contents. What one stored row holds, compactl
 converts both kinds.
 
 Test hooks (environment): ``DREAMER_REPLAY_DEBUG=1`` logs the digest and generator at
-every checkpoint and resume; ``DREAMER_REPLAY_WRITE_DELAY=<s>``: ``replay_files``.
+every checkpoint and resume; a stop inside a replay file's write: ``replay_files``.
 """
 
 from __future__ import annotations

@@ -28,18 +28,17 @@ no kept checkpoint reads it. A checkpoint's index entry (``Checkpoints``) goes
 ``before_checkpoint`` (its step) -> ``save`` (its counters: pending) ->
 ``after_checkpoint`` (kept while its checkpoint is on disk, then dropped).
 
-Test hook: ``DREAMER_REPLAY_WRITE_DELAY=<s>`` holds every replay file write that long
-before its fsync and rename (a window to kill it in).
+A test stops a run inside a chunk's or a tail's write (after its data, before its
+fsync and rename) with ``DREAMER_STOP_AT=replay_chunk_write`` or ``replay_tail_write``
+(``dreamer.runtime.signals.stop_moment``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import re
 import shutil
-import time
 from pathlib import Path
 
 import torch
@@ -47,12 +46,12 @@ import torch
 from dreamer.outputs.logs import OutputError
 from dreamer.runtime.checkpoint import CheckpointError
 from dreamer.runtime.files import replacing
+from dreamer.runtime.signals import stop_moment
 
 log = logging.getLogger("dreamer")
 CHUNK_FILE = re.compile(r"chunk-(\d+)\.pt")
 TAIL_FILE = re.compile(r"tail-(\d+)\.pt")
 FORMAT1_CURSORS = "written.npy"  # a format-1 disk replay's cursors (``replay_format1``)
-WRITE_DELAY = float(os.environ.get("DREAMER_REPLAY_WRITE_DELAY") or 0)
 
 Chunk = dict[str, torch.Tensor]  # a chunk's rows, by field name
 
@@ -97,8 +96,7 @@ def write_file(path: Path, first: int, data: Chunk) -> None:
             if isinstance(error.__context__, OSError):
                 raise error.__context__ from None
             raise
-        if WRITE_DELAY:
-            time.sleep(WRITE_DELAY)
+        stop_moment(f"replay_{path.name.split('-')[0]}_write")
 
 
 def write_error(path: Path, error: OSError) -> str:

@@ -210,7 +210,10 @@ class Progress:
         enabled: bool = True,
         updates: int = 0,
         seconds_per_update: float | None = None,
+        clock=time.perf_counter,
     ):
+        """``clock``: seconds, for the rates and the ETA (a test's own clock)."""
+        self.clock = clock
         self.bar = tqdm(
             total=total,
             initial=initial,
@@ -221,7 +224,7 @@ class Progress:
             miniters=0,  # tqdm's adaptive default skips the redraws of update bursts
             bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]",
         )
-        self.started = time.perf_counter()
+        self.started = clock()
         self.initial = initial
         self.first_updates = updates  # a resumed run's, so its rate counts only its own
         self.first_update: tuple[float, int] | None = None  # (time, updates) at the first
@@ -237,7 +240,7 @@ class Progress:
     def update(self, env_steps: int, updates: int) -> None:
         if self.bar.disable:
             return
-        now = time.perf_counter()
+        now = self.clock()
         if self.first_update is None and updates > self.first_updates:
             self.first_update = (now, updates)
         elapsed = max(now - self.started, 1e-9)

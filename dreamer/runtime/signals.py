@@ -113,20 +113,33 @@ def ctrl_c_after_block():
 
 
 STOP_AT = "DREAMER_STOP_AT"
+# read once, by the run's process, and taken out of the environment its children get
+_stop_at = [os.environ.pop(STOP_AT, "")]
+_moments_seen: dict[str, int] = {}
 
 
 def stop_moment(name: str) -> None:
     """A moment where a stop is hardest to get right: a child process starting while
-    this thread blocks SIGINT, a checkpoint half written, the update timed at start.
-    With ``DREAMER_STOP_AT=name`` (or ``name:SIGTERM``, another signal by name) the run
-    stops itself here, once: Ctrl-C's SIGINT to its whole process group, as a terminal
-    sends it. Tests stop a run at each such moment this way, not at a random one."""
-    wanted, _, signame = os.environ.get(STOP_AT, "").partition(":")
+    this thread blocks SIGINT, a checkpoint or replay file half written, the update
+    timed at start. With ``DREAMER_STOP_AT=name[:SIGNAL[:N]]`` the run stops itself the
+    N-th time (default: the first) it comes to ``name``, once: SIGINT by default, to its
+    whole process group as a terminal's Ctrl-C (or SIGTERM, SIGUSR1: a scheduler's);
+    SIGKILL to this process alone, as ``kill -9`` or the OOM killer (its children are
+    left to notice). Tests stop a run at each such moment this way, not at a random one."""
+    wanted, _, rest = _stop_at[0].partition(":")
     if wanted != name:
         return
-    del os.environ[STOP_AT]  # once, and not in the children started after it
+    signame, _, nth = rest.partition(":")
+    _moments_seen[name] = seen = _moments_seen.get(name, 0) + 1
+    if seen < int(nth or 1):
+        return
+    _stop_at[0] = ""  # once
     signum = signal.Signals[signame or "SIGINT"]
     logging.getLogger("dreamer").info("%s at %s (%s)", signum.name, name, STOP_AT)
+    if signum == signal.SIGKILL:
+        for handler in logging.getLogger().handlers + logging.getLogger("dreamer").handlers:
+            handler.flush()
+        os.kill(os.getpid(), signum)
     os.killpg(os.getpgrp(), signum)
 
 
