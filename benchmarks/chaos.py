@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.procs import (  # noqa: E402
     UNTIL_STOPPED,
     alive,
+    command_line,
     descendants,
     fill,
     flip_a_tensor_byte,
@@ -392,6 +393,7 @@ def chaos(args: argparse.Namespace) -> dict:
         "duplicated_rows": duplicated,
         "missing_rows": missing,
         "orphans": len(orphans),
+        "orphan_commands": [command_line(pid) for pid in orphans],
         "skipped_evals": skipped,
         "wall_s": round(wall, 1),
         "reruns": len(attempts) - 1,

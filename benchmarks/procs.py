@@ -52,6 +52,13 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return "?"
+
+
 def alive(pid: int) -> bool:
     """Running (a zombie waiting to be reaped counts as gone)."""
     try:

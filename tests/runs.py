@@ -18,6 +18,7 @@ from pathlib import Path
 from benchmarks.procs import (  # noqa: F401  (the tests import them from here)
     UNTIL_STOPPED,
     alive,
+    command_line,
     descendants,
     fill,
     flip_a_tensor_byte,
@@ -215,13 +216,6 @@ def parent(pid: int) -> int:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
     except OSError:
         return 0
-
-
-def command_line(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-    except OSError:
-        return "?"
 
 
 def all_gone(pids: Iterable[int], timeout: float = 30) -> list[int]:

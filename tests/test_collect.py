@@ -6,6 +6,7 @@ each worker's stream of observations is known in advance while a real (sampling)
 DreamerV3 policy acts."""
 
 import os
+import signal
 import subprocess
 import sys
 from collections import defaultdict
@@ -154,3 +155,29 @@ def test_an_env_worker_imports_nothing_its_forkserver_did_not(overrides):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_forkserver_started_at_launch_leaves_torchrls_start_method_spawn():
+    """Starting the forkserver reads multiprocessing's global start method, which fixed
+    it at Linux's fork: torchrl then forked the driver for the evaluation process (a
+    copy of the driver, which outlived a killed one). Its children block SIGINT and
+    SIGHUP (the first child, the resource tracker, unblocked SIGINT for the rest)."""
+    probe = (
+        "import multiprocessing, sys\n"
+        "from dreamer.command_line import load\n"
+        "from dreamer.data.forkserver import start_forkserver\n"
+        "start_forkserver(load(['env=cue']))\n"
+        "from multiprocessing import forkserver\n"
+        "pid = forkserver._forkserver._forkserver_pid\n"
+        "status = open(f'/proc/{pid}/status').read()\n"
+        "blocked = int(status.split('SigBlk:')[1].split()[0], 16)\n"
+        "print(multiprocessing.get_start_method(allow_none=True), blocked)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    method, blocked = done.stdout.split()
+    assert method == "spawn"
+    for signum in (signal.SIGINT, signal.SIGHUP):  # bit n - 1: signal n
+        assert int(blocked) & 1 << (signum - 1), signum

@@ -24,6 +24,7 @@ from tests.runs import (
     descendants,
     ignores_usr1,
     read_metrics,
+    wait_until,
 )
 
 EVERY = 300
@@ -81,17 +82,25 @@ def test_children_die_and_the_run_goes_on(tmp_path):
     run.wait_for(r"(the evaluation process .*died.*relaunching it)")
     run.wait_for(r"(eval at env step \d+: return)")  # the one it ran, played again
     run.wait_for(r"evaluation process pid: (\d+)", 2)
+    # the new server took pushes since (the rows are the run's own record of them)
+    wait_until(
+        lambda: read_metrics(logdir, live=True)[-1]["policy_version"] > version_at_replacement,
+        "a row with a newer policy version",
+        running=run,
+    )
     # every replacement in place: each child ignores (or blocks) USR1 as the launcher
     # made the run ignore it, and a preemption reaching every process of the session
     # stops the run with a checkpoint and kills none of them
     replaced = descendants(run.pid)
     assert {pid: ignores_usr1(pid) for pid in replaced} == dict.fromkeys(replaced, True)
+    before_the_stop = len(run.text())
     os.killpg(run.pid, signal.SIGUSR1)
     assert run.wait(300) == signals.REQUEUE_EXIT, run.tail()
     text = run.text()
     assert "stopped by signal 10" in text
     assert text.count("replacing the collector") == 1, text[-4000:]  # none died of USR1
-    assert "the inference server is gone" not in text, text[-4000:]
+    # (a push between the server's kill and its replacement finds it gone: not after)
+    assert "the inference server is gone" not in text[before_the_stop:], text[-4000:]
     assert text.count("replacing the render pool") == 1, text[-4000:]
     assert len(re.findall(r"evaluation process.* died", text)) == 1, text[-4000:]
     # multiprocessing's resource tracker outlives the driver by a moment, by design
@@ -102,7 +111,7 @@ def test_children_die_and_the_run_goes_on(tmp_path):
     # nothing counted twice or lost across the replaced collector
     assert all(row["replay/size"] == row["env_steps"] for row in rows)
     versions = [row["policy_version"] for row in rows]
-    assert versions == sorted(versions) and versions[-1] > version_at_replacement
+    assert versions == sorted(versions)
     state = checkpoint.load(checkpoint.latest(logdir))
     assert state["relaunches"] == {"inference": 1, "eval": 1, "render": 1}
     assert state["episodes"]["restarts"] == 1  # the collector replaced with the dead server

@@ -1,5 +1,6 @@
 """Data-parallel training on the CPU: real torchrun, real gloo process groups."""
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -166,10 +167,17 @@ def test_the_4gpu_preset_composes_on_a_cpu_and_is_refused_for_training_here():
     assert printed == loaded  # the job's totals, as the preset gives them
     if torch.cuda.is_available():
         return
-    refused = subprocess.run(
-        [sys.executable, "-m", "dreamer.train", "experiment=minedojo_4gpu"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert refused.returncode == 2 and refused.stderr.startswith("error: learner.device: cuda")
+    for env in ("env=minedojo", "env=crafter"):  # the env's check comes first, then the GPU's
+        refused = subprocess.run(
+            [sys.executable, "-m", "dreamer.train", "experiment=minedojo_4gpu", env],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        missing = (
+            "env: minedojo needs minedojo" if env == "env=minedojo" else "learner.device: cuda"
+        )
+        if env == "env=minedojo" and importlib.util.find_spec("minedojo"):
+            continue
+        assert refused.returncode == 2 and refused.stderr.startswith(f"error: {missing}")
+        assert refused.stderr.count("\n") == 1

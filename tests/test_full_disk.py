@@ -18,6 +18,7 @@ from tests.runs import (
     read_metrics,
     run_trainer,
     tmpfs,
+    wait_until,
 )
 
 pytestmark = [
@@ -69,6 +70,9 @@ def test_a_full_run_directory_stops_the_run_and_loses_nothing(tmp_path):
         )
         trainer.wait_for("checkpoint written")
         trainer.wait_rows(2)
+        # the MLflow store holds the run, made apart from the rows, and metrics in it
+        trainer.wait_for("mlflow: logging to run")
+        wait_until(lambda: mlflow_steps(logdir), "metrics in MLflow's store", running=trainer)
         filler = fill(logdir)
         assert trainer.wait(300) == 1, trainer.tail()
         line = error_line(trainer.text())

@@ -39,7 +39,8 @@ def start_forkserver(cfg) -> None:
     process run while this process imports the learner's modules: on two cores each
     takes one, where one after the other they were most of a run's 8 s to its first env
     step. A collector that groups envs (``collector.envs_per_worker > 1``) forks none.
-    Started with SIGINT blocked, as every child of the run (``children_keep_signals``).
+    Started with SIGINT blocked, as every child of the run, and SIGHUP (what a paced
+    collection needs of its processes: ``children_keep_signals``); they die with the run.
 
     The env kind's check comes first: it refuses an env the machine cannot run in one
     line, and prepares the environment the workers inherit (DMC's ``MUJOCO_GL``, which
@@ -47,8 +48,14 @@ def start_forkserver(cfg) -> None:
     registry.kind(cfg.env.name).check(cfg.env)
     if cfg.collector.envs_per_worker > 1:
         return
+    # starting a forkserver reads the global start method, which fixes it at Linux's
+    # fork where none was set; torchrl starts its own processes (the evaluation's) with
+    # that method, else with spawn: fork copied the driver into an evaluation process
+    # that outlived a killed driver
+    if multiprocessing.get_start_method(allow_none=True) is None:
+        multiprocessing.set_start_method("spawn")
     multiprocessing.get_context("forkserver").set_forkserver_preload(
         forkserver_preload(cfg.env.name)
     )
-    with children_keep_signals():
+    with children_keep_signals(stopped=True):
         multiprocessing.forkserver.ensure_running()

@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 import traceback
+from multiprocessing import resource_tracker
 
 REQUEUE_EXIT = 75  # EX_TEMPFAIL: checkpointed after SIGTERM/SIGUSR1/SIGUSR2; rerun to resume
 INTERRUPT_EXIT = 130  # checkpointed after Ctrl-C
@@ -67,6 +68,10 @@ def children_keep_signals(stopped: bool = False):
     starting thread instead: the children (and their threads) inherit the blocked mask,
     so they never act on them, and this process takes a pending one when the mask is
     restored."""
+    # multiprocessing's resource tracker, started by the first child, unblocks SIGINT
+    # and SIGTERM in the starting thread (SIG_UNBLOCK, not the mask it found): started
+    # inside, it let the children after it act on Ctrl-C
+    resource_tracker.ensure_running()
     stop = StopSignals.installed
     # Ctrl-C reaches the terminal's whole process group: the driver stops the run and
     # ends its children, which would otherwise each print a KeyboardInterrupt traceback
