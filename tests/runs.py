@@ -266,14 +266,15 @@ def forked_runs(
     rows: list[tuple[list[str], list[str]]],
     out: Path,
     cwd: Path = ROOT,
-    prelude: str = "",
+    prelude: str = "import dreamer.training.loop",
     timeout: float = 300,
 ) -> list[subprocess.CompletedProcess]:
     """``entry`` ("module:function", called with a list of arguments, as a command line's
     main) once per row (arguments, modules hidden as if not installed), each in a process
-    of its own, forked one after another from one interpreter that imported once: dozens
-    of fresh interpreters importing torch cost minutes on 2 cores. Their exit codes and
-    output, as ``subprocess.run`` would give them."""
+    of its own, forked one after another from one interpreter that imported ``prelude``
+    once (by default the trainer's run): dozens of fresh interpreters importing torch
+    cost minutes on 2 cores. Their exit codes and output, as ``subprocess.run`` would
+    give them."""
     subprocess.run(
         [sys.executable, "-c", FORKED, entry, str(out), json.dumps(rows), prelude],
         cwd=cwd,

@@ -310,6 +310,7 @@ BAD = [
 # paid the imports once (70 interpreters at once starve 2 cores past any sane timeout;
 # one after another they cost minutes)
 PRELUDE = """
+import dreamer.training.loop  # what a run imports
 from dreamer.command_line import load
 load([])  # what validation imports
 for module in ("dreamer.envs.dmc", "dreamer.envs.atari"):

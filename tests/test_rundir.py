@@ -9,7 +9,7 @@ import pytest
 
 from tests.runs import can_mount_tmpfs, forked_runs, tmpfs
 
-PRELUDE = "import dreamer.train"
+PRELUDE = "import dreamer.training.loop"
 
 
 def refused(tmp_path: Path, logdirs: list[Path]) -> list[subprocess.CompletedProcess]:
