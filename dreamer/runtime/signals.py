@@ -119,7 +119,7 @@ def ctrl_c_after_block():
 
 STOP_AT = "DREAMER_STOP_AT"
 # read once, by the run's process, and taken out of the environment its children get
-_stop_at = [os.environ.pop(STOP_AT, "")]
+_stop_at = os.environ.pop(STOP_AT, "")
 _moments_seen: dict[str, int] = {}
 
 
@@ -131,14 +131,15 @@ def stop_moment(name: str) -> None:
     whole process group as a terminal's Ctrl-C (or SIGTERM, SIGUSR1: a scheduler's);
     SIGKILL to this process alone, as ``kill -9`` or the OOM killer (its children are
     left to notice). Tests stop a run at each such moment this way, not at a random one."""
-    wanted, _, rest = _stop_at[0].partition(":")
+    global _stop_at
+    wanted, _, rest = _stop_at.partition(":")
     if wanted != name:
         return
     signame, _, nth = rest.partition(":")
     _moments_seen[name] = seen = _moments_seen.get(name, 0) + 1
     if seen < int(nth or 1):
         return
-    _stop_at[0] = ""  # once
+    _stop_at = ""  # once
     signum = signal.Signals[signame or "SIGINT"]
     logging.getLogger("dreamer").info("%s at %s (%s)", signum.name, name, STOP_AT)
     if signum == signal.SIGKILL:
