@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None, build=None, cfg: DictConfig | None = Non
         return 2
     from dreamer.training import loop  # torch, torchrl: seconds
 
-    return loop.run(argv, cfg, *([build] if build is not None else []))
+    return loop.run(argv, cfg, build)
 
 
 def from_argv(argv: list[str]) -> DictConfig:

@@ -49,7 +49,7 @@ from dreamer.training.rundir import make_run_dir, prepare_run_dir, resolved_logd
 log = logging.getLogger("dreamer")
 
 
-def run(argv: list[str], cfg: DictConfig, build=build_parts) -> int:
+def run(argv: list[str], cfg: DictConfig, build=None) -> int:
     """Returns 0 when done, REQUEUE_EXIT after SIGTERM/SIGUSR1 (checkpointed);
     Ctrl-C checkpoints and raises KeyboardInterrupt; user errors exit 2.
 
@@ -73,7 +73,7 @@ def run(argv: list[str], cfg: DictConfig, build=build_parts) -> int:
                 if not world.main:
                     state = checkpoint.latest_state(logdir)
                 try:
-                    code = train(cfg, logdir, state, world, device, build)
+                    code = train(cfg, logdir, state, world, device, build or build_parts)
                     if code == signals.REQUEUE_EXIT and world.main:
                         log.info("resume it with: %s", resume_command(argv, logdir))
                     return code
