@@ -33,7 +33,7 @@ from benchmarks.procs import cpu_model  # noqa: E402
 from dreamer.agent.build import latent_sizes  # noqa: E402
 from dreamer.command_line import load  # noqa: E402
 from dreamer.data.collect import build_policy, env_seeds, make_collector  # noqa: E402
-from dreamer.envs.make import describe_env, make_env  # noqa: E402
+from dreamer.envs.make import make_env, probe_env  # noqa: E402
 from dreamer.runtime.cores import usable_cores  # noqa: E402
 
 ENVS = {"crafter": ["env=crafter"], "cartpole": ["env=cartpole"]}
@@ -58,8 +58,8 @@ class Setup:
         self.cfg = cfg
         self.env = cfg.env
         self.model = cfg.model
-        self.spaces, _ = describe_env(self.env, 0)
         self.latent = latent_sizes(cfg.model)
+        self.spaces, _, self.sample = probe_env(self.env, 0, self.latent)
         self.workers = workers
 
     def limit(self, seconds: float) -> float:
@@ -96,8 +96,10 @@ class Setup:
     def asynchronous(self, chunk: int, seconds: float, warmup: float) -> float:
         collector_cfg = OmegaConf.to_container(self.cfg.collector) | {"chunk": chunk}
         collector = make_collector(
-            env=self.env, model=self.model, spaces=self.spaces, latent=self.latent,
-            envs=self.workers, collector=collector_cfg, seed=0, replay=None,
+            env=self.env, model=self.model, spaces=self.spaces, sample=self.sample,
+            policy=build_policy(self.model, self.spaces, 0, torch.get_num_threads()),
+            envs=self.workers,
+            collector=collector_cfg, seed=0, replay=None,
         )  # fmt: skip
         try:
             return timed(collector, seconds, warmup)

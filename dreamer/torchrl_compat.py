@@ -61,12 +61,6 @@ def update_belief(prior, state, belief, action) -> torch.Tensor:
 # -- the collector's parts torchrl builds and does not expose
 
 
-def collector_transport(collector):
-    """The transport the ``AsyncBatchedCollector`` chose: a thread fallback (its policy
-    inputs did not match the env) must be refused, and only this says so."""
-    return collector._transport
-
-
 def collector_server_backend(collector) -> str:
     return collector._server_backend
 

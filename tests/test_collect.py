@@ -18,8 +18,9 @@ from omegaconf import OmegaConf
 
 from dreamer.agent.build import latent_sizes
 from dreamer.command_line import load
-from dreamer.data.collect import env_seeds, make_collector, path_note
-from dreamer.envs.make import describe_env, make_env
+from dreamer.data import collect
+from dreamer.data.collect import build_policy, env_seeds, make_collector, path_note
+from dreamer.envs.make import make_env, probe_env
 
 ROOT = Path(__file__).resolve().parent.parent
 ENVS = 2
@@ -31,13 +32,14 @@ def received(chunk: int, **collector) -> dict[int, list[tuple[int, int, int]]]:
     order the driver received them."""
     cfg = load(["experiment=cue", f"run.envs={ENVS}", f"collector.chunk={chunk}"])
     env = OmegaConf.to_container(cfg.env)
-    spaces, _ = describe_env(env, 0)
+    probed = probe_env(env, 0, latent_sizes(cfg.model))
     collector_cfg = OmegaConf.to_container(cfg.collector) | collector
     result = make_collector(
         env=env,
         model=cfg.model,
-        spaces=spaces,
-        latent=latent_sizes(cfg.model),
+        spaces=probed.spaces,
+        sample=probed.sample,
+        policy=build_policy(cfg.model, probed.spaces, 0, torch.get_num_threads()),
         envs=ENVS,
         collector=collector_cfg,
         seed=0,
@@ -181,3 +183,34 @@ def test_the_forkserver_started_at_launch_leaves_torchrls_start_method_spawn():
     assert method == "spawn"
     for signum in (signal.SIGINT, signal.SIGHUP):  # bit n - 1: signal n
         assert int(blocked) & 1 << (signum - 1), signum
+
+
+def layout(bank) -> dict:
+    return {key: (tuple(value.shape), value.dtype) for key, value in bank.items(True, True)}
+
+
+@pytest.mark.parametrize("overrides", [["experiment=smoke"], ["experiment=dmc_proprio_cpu"]])
+def test_the_slot_layouts_are_those_torchrl_derives_itself(overrides):
+    """``slot_transport`` lays out the shared-memory slots from the driver's probe env
+    and its own policy; torchrl's ``transport="auto"`` from an env and a policy it builds
+    for the purpose: the same keys, shapes and dtypes, pixels or vector, discrete or
+    continuous actions."""
+    from torchrl.collectors._async_batched import _auto_process_slot_transport
+
+    cfg = load(overrides)
+    env = OmegaConf.to_container(cfg.env)
+    latent = latent_sizes(cfg.model)
+    probed = probe_env(env, 0, latent)
+    policy = build_policy(cfg.model, probed.spaces, 0, torch.get_num_threads())
+    ours = collect.slot_transport(probed.sample, policy, ENVS)
+    theirs, why = _auto_process_slot_transport(
+        lambda: make_env(env, 0, latent),
+        {},
+        policy,
+        num_slots=ENVS,
+        policy_version_key=collect.POLICY_VERSION,
+    )
+    assert why is None
+    for bank in ("_request_slots", "_response_slots"):
+        assert layout(getattr(ours, bank)) == layout(getattr(theirs, bank)), bank
+    assert "pixels" in layout(ours._request_slots) or cfg.env.name != "crafter"

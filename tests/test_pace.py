@@ -317,18 +317,19 @@ def acting_collector(
 
     from dreamer.agent.build import latent_sizes
     from dreamer.command_line import load
-    from dreamer.envs.make import describe_env
+    from dreamer.envs.make import probe_env
 
     cfg = load(["experiment=cue", "run.envs=2", *overrides])
     env = OmegaConf.to_container(cfg.env)
-    spaces, _ = describe_env(env, 0)
+    spaces, _, sample = probe_env(env, 0, latent_sizes(cfg.model))
 
     def make(_replacements: int):
         collector = collect.make_collector(
             env=env,
             model=cfg.model,
             spaces=spaces,
-            latent=latent_sizes(cfg.model),
+            sample=sample,
+            policy=result.policy,
             envs=2,
             collector=OmegaConf.to_container(cfg.collector),
             seed=0,

@@ -21,7 +21,7 @@ from torchrl.modules.inference_server import (
 )
 
 from dreamer import torchrl_compat as compat
-from dreamer.agent.build import build_acting
+from dreamer.agent.build import build_acting, latent_sizes
 from dreamer.agent.spaces import EnvSpaces
 from dreamer.data.forkserver import forkserver_preload
 from dreamer.envs.make import make_env
@@ -37,6 +37,9 @@ from dreamer.runtime.signals import (
 )
 
 log = logging.getLogger(__name__)
+
+
+POLICY_VERSION = "policy_version"  # torchrl's policy_version_key, left at its default
 
 
 class CollectorError(RuntimeError):
@@ -95,12 +98,29 @@ def hand_start_weights(collector: AsyncBatchedCollector, policy) -> None:
     compat.share_pending_weights(collector)
 
 
+def slot_transport(sample: TensorDict, policy, slots: int) -> ProcessSlotTransport:
+    """The shared-memory slots between env workers and the inference process, laid out
+    from ``sample`` (``probe_env``'s, one env the driver built anyway) and one pass of
+    the driver's own acting ``policy``. torchrl's ``transport="auto"`` derives the same
+    layouts (tests/test_collect.py) from a second env and a second policy it builds in
+    the driver for the purpose: ~0.5 s more before a smoke run's first env step, and a
+    model's whole initialisation."""
+    request = sample.select(*policy.in_keys, strict=True).cpu()
+    device = next(policy.parameters()).device
+    with torch.no_grad(), rng_kept():  # a sampling policy draws from the driver's RNG
+        output = policy(request.clone().unsqueeze(0).to(device)).squeeze(0)
+    response = output.select(*policy.out_keys, strict=True).cpu()
+    response.set(POLICY_VERSION, torch.zeros(response.batch_size, dtype=torch.long))
+    return ProcessSlotTransport(request, response, num_slots=slots)
+
+
 def make_collector(
     *,
     env,
     model,
     spaces: EnvSpaces,
-    latent: tuple[int, int],
+    sample: TensorDict,
+    policy,
     envs: int,
     collector,
     seed: int,
@@ -109,7 +129,9 @@ def make_collector(
     rank: int = 0,
     gpu: str = "cuda",
 ) -> AsyncBatchedCollector:
-    """``env``, ``model``, ``collector``: the config's nodes. One env per worker process (the
+    """``env``, ``model``, ``collector``: the config's nodes; ``sample``: an env's zero steps
+    with the acting entries (``dreamer.envs.make.probe_env``); ``policy``: this process's
+    acting policy (``slot_transport``). One env per worker process (the
     default) reaches a dedicated inference process through shared-memory slots and
     sends ``collector.chunk`` transitions per message; ``envs_per_worker > 1`` groups
     envs in fewer processes, which torchrl then serves from a thread of this process.
@@ -125,54 +147,46 @@ def make_collector(
             else functools.partial(forked_child, make, *args)
         )
 
+    latent = latent_sizes(model)
     env_fns = [child(make_env, env, env_seed, latent) for env_seed in env_seeds(seed, rank, envs)]
     inference = collector["inference"]
     max_batch = inference["max_batch"] or envs
     static = max_batch if inference["static_batch"] else None
     policy_device = gpu if static else "cpu"  # CUDA-graph capture needs the policy there
-    driver_threads = torch.get_num_threads()  # the probe policy pass changes it
-    with rng_kept():  # the probe's env reset and policy pass draw from the driver's RNG
-        result = AsyncBatchedCollector(
-            env_fns,
-            policy_factory=child(
-                build_policy, model, spaces, seed, collector["threads"], policy_device
-            ),
-            frames_per_batch=collector["chunk"] * envs,
-            total_frames=total,
-            env_backend="multiprocessing",
-            transport="auto",
-            envs_per_worker=collector["envs_per_worker"],
-            transition_chunk_size="auto" if grouped else collector["chunk"],
-            server_config=InferenceServerConfig(
-                max_batch_size=max_batch,
-                min_batch_size=inference["min_batch"],
-                timeout=inference["timeout"],
-                static_batch_size=static,
-            ),
-            device_config=InferenceDeviceConfig(
-                policy_device=policy_device, output_device="cpu", storing_device="cpu"
-            )
-            if static
-            else None,
-            worker_affinity=spread_affinity if collector["worker_affinity"] == "spread" else None,
-            replay_buffer=replay,
+    transport = None if grouped else slot_transport(sample, policy, envs)
+    result = AsyncBatchedCollector(
+        env_fns,
+        policy_factory=child(
+            build_policy, model, spaces, seed, collector["threads"], policy_device
+        ),
+        frames_per_batch=collector["chunk"] * envs,
+        total_frames=total,
+        env_backend="multiprocessing",
+        transport=transport or "driver",  # grouped: served from a thread of this process
+        envs_per_worker=collector["envs_per_worker"],
+        transition_chunk_size="auto" if grouped else collector["chunk"],
+        server_config=InferenceServerConfig(
+            max_batch_size=max_batch,
+            min_batch_size=inference["min_batch"],
+            timeout=inference["timeout"],
+            static_batch_size=static,
+        ),
+        device_config=InferenceDeviceConfig(
+            policy_device=policy_device, output_device="cpu", storing_device="cpu"
         )
-    torch.set_num_threads(driver_threads)
+        if static
+        else None,
+        worker_affinity=spread_affinity if collector["worker_affinity"] == "spread" else None,
+        replay_buffer=replay,
+    )
     if not grouped:  # env workers forked from one process that imported what they run
         compat.start_from_forkserver(result, forkserver_preload(env["name"]))
-    transport = compat.collector_transport(result)
-    if not grouped and not isinstance(transport, ProcessSlotTransport):
-        result.shutdown()
-        raise CollectorError(
-            "torchrl fell back to a thread inference server (see its log line above); "
-            "the policy inputs must match the env's keys"
-        )
     log.info(
         "collector: %d envs in %d process workers, transport=%s, server=%s, chunk=%s, "
         "inference batch %d..%d (timeout %.3g s%s), worker affinity %s",
         envs,
         envs // collector["envs_per_worker"],
-        type(transport).__name__,
+        type(transport).__name__ if transport else "driver",
         compat.collector_server_backend(result),
         "auto (grouped workers)" if grouped else collector["chunk"],
         inference["min_batch"],

@@ -11,6 +11,7 @@ import functools
 import logging
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import torch
@@ -35,6 +36,11 @@ from torchrl.envs.gym_like import default_info_dict_reader
 from dreamer.envs import registry
 from dreamer.envs.restarts import Checked, Restarting
 from dreamer.errors import ConfigError
+
+if TYPE_CHECKING:
+    from tensordict import TensorDict
+
+    from dreamer.agent.spaces import EnvSpaces
 
 log = logging.getLogger("dreamer")
 ACHIEVEMENTS_KEY = "info_achievements"
@@ -113,15 +119,24 @@ def env_config(env, logdir: Path):
     return env
 
 
-def describe_env(env, seed: int) -> tuple:
-    """(spaces, achievement names) of the configured env, probed once in this process;
-    a broken env is one ``ConfigError`` line, before any worker starts."""
+class EnvProbe(NamedTuple):
+    """What the driver learns from one env of the run before any worker starts."""
+
+    spaces: EnvSpaces
+    achievements: tuple[str, ...]
+    sample: TensorDict  # the env's zero steps (fake_tensordict), with the acting entries
+
+
+def probe_env(env, seed: int, latent: tuple[int, int] | None = None) -> EnvProbe:
+    """One env of the configured kind, built once in this process (with the acting
+    policy's entries for ``latent``) and closed: its spaces, achievement names and zero
+    sample; a broken env is one ``ConfigError`` line, before any worker starts."""
     from dreamer.agent.spaces import spaces_from_env
 
     kind = registry.kind(env["name"])
     kind.check(env)
     try:
-        probe = make_env(env, seed)
+        probe = make_env(env, seed, latent)
     except ConfigError:
         raise
     except Exception as error:
@@ -135,9 +150,16 @@ def describe_env(env, seed: int) -> tuple:
             raise ConfigError(f"env: {error}") from None
         if note := action_note(probe):
             log.warning(note)
+        sample = probe.fake_tensordict()
     finally:
         probe.close()
-    return spaces, kind.achievements
+    return EnvProbe(spaces, kind.achievements, sample)
+
+
+def describe_env(env, seed: int) -> tuple:
+    """(spaces, achievement names) of the configured env (``probe_env``)."""
+    probed = probe_env(env, seed)
+    return probed.spaces, probed.achievements
 
 
 def make_env(

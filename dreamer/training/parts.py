@@ -19,7 +19,7 @@ from dreamer.data.collect import (
 )
 from dreamer.data.episodes import EpisodeStats
 from dreamer.data.replay import SequenceReplay, action_heads, row_bytes
-from dreamer.envs.make import describe_env, env_config
+from dreamer.envs.make import env_config, probe_env
 from dreamer.learning.learner import Learner
 from dreamer.runtime import checkpoint
 from dreamer.runtime.dist import Lockstep
@@ -66,7 +66,7 @@ def build_parts(
     """``pace``: the resolved ``collector.pace`` (``dreamer.data.collect.pace_mode``)."""
     check_machine(cfg.collector)
     env = env_config(cfg.env, logdir)
-    spaces, achievements = describe_env(env, cfg.run.seed)
+    spaces, achievements, sample = probe_env(env, cfg.run.seed, latent_sizes(cfg.model))
     torch.manual_seed(cfg.run.seed)  # a new run's weights (rank 0's reach every rank)
     agent = build_agent(cfg.model, cfg.learner, spaces)
     learner = make_learner(agent, cfg.learner, device, world)
@@ -90,7 +90,8 @@ def build_parts(
             env=env,
             model=cfg.model,
             spaces=spaces,
-            latent=latent_sizes(cfg.model),
+            sample=sample,
+            policy=agent.policy,
             envs=cfg.run.envs // world.size,
             collector=cfg.collector,
             seed=cfg.run.seed + REPLACEMENT_SEED_STRIDE * replacements,
