@@ -37,7 +37,7 @@ STOPPED = || [ $$? -eq 130 ]
 train: $(STAMP)
 	$(RUN) $(ARGS) $(STOPPED)
 
-# the newest unfinished run of the default env (add the ARGS it was started with)
+# the newest unfinished run of the default env (ARGS=env=<name>: of another), with its own config
 resume: $(STAMP)
 	$(RUN) run.resume=latest $(ARGS) $(STOPPED)
 

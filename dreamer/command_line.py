@@ -2,7 +2,7 @@
 sees them, Hydra's compose (``load``), its errors as one line naming the dotted key
 (``composition_error``), the cross-field checks, and the config frozen (``finish``).
 The schema itself (every key, its type, range and meaning) is ``dreamer/config.py``'s;
-the run directory and what a resume may change, ``dreamer/training/rundir.py``'s."""
+the run a command continues and what a resume may change, ``dreamer/training/resume.py``'s."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from dreamer.config import (
     schema,
     schema_type,
 )
-from dreamer.errors import ConfigError
+from dreamer.errors import ConfigError, did_you_mean
 from dreamer.schema import TYPE_NAMES, check_field, check_section
 
 USAGE = (
@@ -85,7 +85,12 @@ def checked_overrides(overrides: list[str]) -> list[str]:
                 continue
             if value not in options(key):
                 allowed = ", ".join(options(key))
-                raise ConfigError(f"{key}: unknown option {value!r}; allowed: {allowed}")
+                hint = did_you_mean(str(value), options(key), f"{key}={{}}")
+                raise ConfigError(f"{key}: unknown option {value!r}{hint}; allowed: {allowed}")
+        elif "." not in key and (hint := did_you_mean(key, GROUPS, f"{{}}={raw}")):
+            raise ConfigError(  # a group's name mistyped: its option is known
+                f"{key}: unknown key{hint}; the groups are {', '.join(GROUPS)} (group=<option>)"
+            )
         else:
             schema_type(key)
         if ov.is_add():  # every schema key and group already exists; '+' only errors in Hydra

@@ -3,7 +3,7 @@ string under each field), as dataclasses per section; each env kind's ``env.*`` 
 its own (``dreamer/envs/``). The YAML presets live in ``conf/``.
 
 ``dreamer/command_line.py`` composes a run's config against it (``load``);
-``dreamer/training/rundir.py`` decides where a run writes and what a resume may change.
+``dreamer/training/resume.py`` decides where a run writes and what a resume may change.
 Loading a config reads no run directory."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from dreamer.envs import registry
 from dreamer.envs.registry import EnvSettings
-from dreamer.errors import ConfigError
+from dreamer.errors import ConfigError, did_you_mean
 from dreamer.schema import TRISTATE
 from dreamer.schema import f as _f
 from dreamer.schema import strings as _list
@@ -360,7 +360,8 @@ def schema_type(key: str, env_name: str | None = None) -> Any:
         if name not in keys:
             where = f"under env (env={env_name})" if env_name else "under env"
             allowed = ", ".join(sorted(keys))
-            raise ConfigError(f"{key}: unknown key; allowed keys {where}: {allowed}")
+            hint = did_you_mean(name, keys, "env.{}")
+            raise ConfigError(f"{key}: unknown key{hint}; allowed keys {where}: {allowed}")
         if "." in rest:
             raise ConfigError(f"{key}: unknown key; env.{name} is a value, not a section")
         return keys[name]
@@ -370,10 +371,19 @@ def schema_type(key: str, env_name: str | None = None) -> Any:
         if not dataclasses.is_dataclass(node):
             raise ConfigError(f"{key}: unknown key; {parent} is a value, not a section")
         hints = typing.get_type_hints(node)
-        if part not in hints:
-            where = f"under {parent}" if parent else "at the top level"
+        if part not in hints and not parent:  # a group's name too: experiment=smoke
+            rest = key[len(part) :].replace("{", "{{").replace("}", "}}")
+            hint = did_you_mean(part, GROUPS, "{}=<option>") or did_you_mean(
+                part, hints, "{}" + rest
+            )
             raise ConfigError(
-                f"{key}: unknown key; allowed keys {where}: {', '.join(sorted(hints))}"
+                f"{key}: unknown key{hint}; allowed at the top level: the groups "
+                f"{', '.join(GROUPS)} (group=<option>) and the sections {', '.join(sorted(hints))}"
+            )
+        if part not in hints:
+            raise ConfigError(
+                f"{key}: unknown key{did_you_mean(part, hints, f'{parent}.{{}}')}; allowed "
+                f"keys under {parent}: {', '.join(sorted(hints))}"
             )
         node = hints[part]
     return node

@@ -1,4 +1,8 @@
-"""``ConfigError``: a user's mistake in the configuration, reported in one line (exit 2)."""
+"""``ConfigError``: a user's mistake in the configuration, reported in one line (exit 2),
+and ``did_you_mean``: the closest of what was allowed, for a typo."""
+
+import difflib
+from collections.abc import Iterable
 
 
 class ConfigError(Exception):
@@ -6,3 +10,10 @@ class ConfigError(Exception):
 
     def __init__(self, message: str) -> None:
         super().__init__(" ".join(str(message).split()))
+
+
+def did_you_mean(word: str, allowed: Iterable[str], shown: str = "{}") -> str:
+    """``" (did you mean X?)"`` for the allowed name closest to a typo of it (as ``shown``
+    formats it, e.g. ``"env={}"``), else ``""``."""
+    found = difflib.get_close_matches(word, list(allowed), n=1, cutoff=0.6)
+    return f" (did you mean {shown.format(found[0])}?)" if found else ""

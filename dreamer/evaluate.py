@@ -26,7 +26,7 @@ from dreamer.evaluation.render import RenderPool, pool_size
 from dreamer.evaluation.reports import report_folder, submit_reports
 from dreamer.evaluation.runner import EvalResult, EvalRunner
 from dreamer.runtime import checkpoint
-from dreamer.training.rundir import saved
+from dreamer.training.resume import saved
 
 USAGE = (
     "usage: python -m dreamer.evaluate run.logdir=<dir> [eval.episodes=N] "

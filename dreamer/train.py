@@ -20,6 +20,7 @@ from dreamer.data.forkserver import start_forkserver
 from dreamer.errors import ConfigError
 from dreamer.key_reference import usage
 from dreamer.runtime import signals
+from dreamer.training.resume import resolved_logdir, resumed, with_logdir
 
 
 def main(argv: list[str] | None = None, build=None, cfg: DictConfig | None = None) -> int:
@@ -44,10 +45,8 @@ def from_argv(argv: list[str]) -> DictConfig:
     user errors exit 2 with one line."""
     try:
         overrides, show = parse_args(argv, usage, cfg_flag=True)  # usage(): --help only
-        cfg = load(overrides)
+        cfg = resumed(load(overrides), overrides)  # a resume's config: its run's own
         if show:  # as the run would save it: with the folder it would write to
-            from dreamer.training.rundir import resolved_logdir, with_logdir
-
             print(OmegaConf.to_yaml(with_logdir(cfg, resolved_logdir(cfg))), end="")
             sys.exit(0)
     except ConfigError as e:

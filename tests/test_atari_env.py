@@ -10,7 +10,7 @@ from dreamer.command_line import load
 from dreamer.envs.atari import ale_id
 from dreamer.envs.atari import make as make_atari
 from dreamer.envs.make import make_env
-from tests.runs import read_metrics, run_trainer
+from tests.runs import read_metrics, run_module, run_trainer
 
 ale_py = pytest.importorskip("ale_py")
 gymnasium.register_envs(ale_py)
@@ -109,3 +109,11 @@ def test_atari100k_preset_smoke_run(tmp_path):
     rows = read_metrics(logdir)
     assert rows[-1]["env_steps"] == 128 and rows[-1]["updates"] >= 4
     assert all(np.isfinite(rows[-1][key]) for key in rows[-1] if key.startswith("loss"))
+    # that folder named for a cartpole run: the mistake is the folder, said in one line
+    other = run_module("dreamer.train", "experiment=smoke", "env=cartpole", f"run.logdir={logdir}")
+    assert other.returncode == 2 and other.stderr.count("\n") == 1, other.stderr[-3000:]
+    assert other.stderr == (
+        f"error: run.logdir: {logdir} holds an env=atari run, not env=cartpole: "
+        "give a new run.logdir for this one, or leave env out to resume that run\n"
+    )
+    assert read_metrics(logdir) == rows

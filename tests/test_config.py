@@ -17,7 +17,7 @@ from dreamer.config import CONF_DIR
 from dreamer.errors import ConfigError
 from dreamer.learning.learner import cpu_has_bf16
 from dreamer.runtime.world import World
-from dreamer.training.rundir import resolved_logdir
+from dreamer.training.resume import resolved_logdir
 from tests.runs import forked_runs
 
 SECTIONS = {"env", "model", "run", "replay", "collector", "learner", "eval", "logger"}
@@ -76,7 +76,7 @@ def test_a_renamed_key_works_by_its_old_name_with_one_line_naming_the_new():
     """learner.slow_critic (an EMA rate beside slowreg, a weight) is slow_critic_rate: the
     old name on a command line is read as the new one, with a note; a run directory
     saved under the old name resumes, and a changed value is still refused."""
-    from dreamer.training.rundir import check_resume
+    from dreamer.training.resume import check_resume
 
     shown = subprocess.run(
         [sys.executable, "-m", "dreamer.train", "--cfg", "job", "learner.slow_critic=0.05"],
@@ -162,7 +162,7 @@ def test_derived_logdir(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no runs/ here: nothing to resume
     cfg = load(["env=cartpole", "run.resume=latest"])  # looked, it raised here
     assert cfg.run.logdir is None
-    with pytest.raises(ConfigError, match="no run under runs/cartpole/"):
+    with pytest.raises(ConfigError, match="nothing to resume under runs/cartpole/: no run"):
         resolved_logdir(cfg)
     assert re.fullmatch(r"runs/cartpole/\d{8}-\d{6}", str(resolved_logdir(load(["env=cartpole"]))))
     assert resolved_logdir(load(["run.logdir=/tmp/somewhere"])) == Path("/tmp/somewhere")
@@ -190,7 +190,9 @@ def test_a_gym_runs_folder_names_its_env_and_resume_reads_the_old_layout(tmp_pat
     new = run("Pendulum-v1/20260103-000000", "Pendulum-v1", 200)
     assert resolved_logdir(load(resume)).resolve() == new.resolve()
     acrobot = load(["env=gym", "env.id=Acrobot-v1", "run.resume=latest", "run.steps=100"])
-    with pytest.raises(ConfigError, match="no run under runs/gym/Acrobot-v1/"):
+    with pytest.raises(
+        ConfigError, match="nothing to resume under runs/gym/Acrobot-v1/: its run is"
+    ):
         resolved_logdir(acrobot)
 
 

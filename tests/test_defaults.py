@@ -139,10 +139,25 @@ runpy.run_module("dreamer.train", run_name="__main__", alter_sys=True)
     [
         (["--help"], 0, "usage: python -m dreamer.train"),
         (["run.steps=-5"], 2, "error: run.steps: must be >= 1, got -5"),
-        (["experiement=smoke"], 2, "error: experiement: unknown key"),
         (["env=gym"], 2, "error: env.id: required for env=gym"),
+        # a typo gets the closest name, as the user would type it
+        (
+            ["experiement=smoke"],
+            2,
+            "error: experiement: unknown key (did you mean experiment=smoke?); the groups are"
+            " env, model, experiment (group=<option>)\n",
+        ),
+        (["env=cartpol"], 2, "error: env: unknown option 'cartpol' (did you mean env=cartpole?)"),
+        (["rn.steps=5"], 2, "error: rn.steps: unknown key (did you mean run.steps?); allowed at"),
+        (["run.stesp=5"], 2, "error: run.stesp: unknown key (did you mean run.steps?)"),
+        (["env=dmc", "env.tsak=x"], 2, "error: env.tsak: unknown key (did you mean env.task?)"),
+        (
+            ["env=gym", "env.id=CartPol-v1"],
+            2,
+            "error: env.id: unknown gymnasium id 'CartPol-v1' (did you mean env.id=CartPole-v1?)\n",
+        ),
     ],
-    ids=["help", "out-of-range", "typo", "missing"],
+    ids=["help", "out-of-range", "missing", "group", "option", "section", "key", "env-key", "id"],
 )
 def test_help_and_a_refused_command_line_answer_without_torch(argv, code, first):
     """``--help`` and a command line the config refuses answer before torch, torchrl or

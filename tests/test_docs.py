@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from dreamer import config, export
 from dreamer.command_line import load
 from dreamer.errors import ConfigError
-from dreamer.training.rundir import RESUMABLE_KEYS
+from dreamer.training.resume import RESUMABLE_KEYS
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -250,7 +250,7 @@ def test_the_metrics_table_is_the_one_source():
 def gpu_check_steps() -> dict[str, int]:
     """benchmarks/gpu_check.sh's steps on the GPU and their limits in seconds."""
     script = (ROOT / "benchmarks" / "gpu_check.sh").read_text()
-    steps = {name: int(limit) for name, limit in re.findall(r"^step (\w+) (\d+) ", script, re.M)}
+    steps = {name: int(limit) for name, limit in re.findall(r"^ *step (\w+) (\d+) ", script, re.M)}
     gpu = script.split("\nelse\n", 1)[1]  # the branch that is not the dry run
     shapes = re.search(r"LEARNER_SHAPES=\(([^)]*)\)", gpu).group(1)
     limits = [int(n) for n in re.findall(r'learner "\$\{shape\[@\]\}" (\d+)', script)]
@@ -288,7 +288,7 @@ def test_every_name_the_docs_place_in_a_file_is_defined_there():
         for match in NAMED_IN.finditer(doc.read_text()):
             path, name = (match[1], match[2]) if match[1] else (match[4], match[3])
             named.append((doc.relative_to(ROOT).as_posix(), path, name))
-    assert ("docs/reliability.md", "dreamer/training/rundir.py", "RESUMABLE_KEYS") in named
+    assert ("docs/reliability.md", "dreamer/training/resume.py", "RESUMABLE_KEYS") in named
     for doc, path, name in named:
         source = (ROOT / path).read_text()
         defined = rf"^\s*(?:def |class )?{name}\b\s*[(:=]"

@@ -52,7 +52,7 @@ def test_a_saved_config_with_another_kinds_env_key_is_one_line(tmp_path):
     env) is refused in one line naming the file and the key, not a traceback."""
     from dreamer.command_line import load
     from dreamer.errors import ConfigError
-    from dreamer.training.rundir import saved
+    from dreamer.training.resume import saved
 
     stored = OmegaConf.to_container(load(["experiment=smoke"]))
     OmegaConf.save(stored, tmp_path / "config.yaml")

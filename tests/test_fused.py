@@ -107,7 +107,7 @@ def test_a_checkpoint_of_the_two_rollout_version_resumes(tmp_path):
     in the saved config: the config resumes and the learner loads every tensor."""
     from omegaconf import OmegaConf
 
-    from dreamer.training.rundir import check_resume, saved
+    from dreamer.training.resume import check_resume, saved
 
     cfg = load(["experiment=smoke", "env=cartpole"])
     spaces, batch = real_batch(cfg, cfg.replay.batch, cfg.replay.length)

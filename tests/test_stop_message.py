@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -246,8 +247,48 @@ def test_resume_latest_continues_the_newest_unfinished_run_without_its_path(tmp_
         "dreamer.train", "env=cue", "run.resume=latest", cwd=tmp_path / "runs"
     )  # no runs/cue below it
     assert nothing.returncode == 2
-    assert nothing.stderr.startswith("error: run.resume=latest: no run under runs/cue/")
+    assert nothing.stderr.startswith("error: nothing to resume under runs/cue/: no run of cue")
     assert nothing.stderr.count("\n") == 1
+
+
+def make_resume(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """``make resume`` as a user types it in ``cwd`` (a clone's folder: its runs/)."""
+    make = ["make", "-s", "-f", str(ROOT / "Makefile"), "-o", ".venv/.installed", "resume"]
+    return subprocess.run(
+        [*make, f"PY={sys.executable}", *args], cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+
+
+@pytest.mark.slow
+def test_make_resume_continues_a_stopped_run_with_its_own_config_then_says_it_is_done(tmp_path):
+    """``make resume`` with no ARGS where runs/crafter/ holds a smoke run stopped part way
+    (its model, chunk and run.steps not the defaults): it continues that run with that
+    run's own config to its own run.steps. Typed again: nothing to resume, in one line
+    naming the folder, the run it found and its steps, and the commands that go on."""
+    logdir = tmp_path / "runs" / "crafter" / "20260101-000000"
+    smoke = ["experiment=smoke", "run.steps=600", "run.train_starts=200", "eval.every=0"]
+    stop = {signals.STOP_AT: "checkpoint_write:SIGTERM:1"}  # its first checkpoint, 1 s in
+    first = Trainer(
+        logdir, *smoke, "run.save_every=1", log=tmp_path / "run.log", env=stop, session=True
+    )
+    assert first.wait(300) == signals.REQUEUE_EXIT, first.tail()
+    stopped_at = checkpoint.saved_steps(logdir)[-1]
+    assert 0 < stopped_at < 600
+    resumed = make_resume(tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming from checkpoint-{stopped_at:012d}.pt" in resumed.stderr
+    assert "training tiny on crafter" in resumed.stderr  # smoke's model, not size12m
+    assert "chunk=16" in resumed.stderr  # smoke's collector.chunk, not 64
+    assert read_metrics(logdir)[-1]["env_steps"] == 600
+    assert [p.name for p in logdir.parent.iterdir()] == [logdir.name]  # no new run
+    again = make_resume(tmp_path)
+    errors = [line for line in again.stderr.splitlines() if not line.startswith("make")]
+    assert again.returncode == 2 and errors == [
+        f"error: nothing to resume under runs/crafter/: its run is finished (the newest, "
+        f"{logdir.name}, has 600 env steps of run.steps=600); train it longer with "
+        f"run.steps=<more> run.logdir=runs/crafter/{logdir.name}, start a new run with make "
+        "train, or resume another env's with make resume ARGS=env=<name>"
+    ], again.stderr
 
 
 @pytest.mark.slow

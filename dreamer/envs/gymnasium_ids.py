@@ -14,7 +14,7 @@ import gymnasium
 from omegaconf import OmegaConf
 
 from dreamer.envs.registry import EnvSettings
-from dreamer.errors import ConfigError
+from dreamer.errors import ConfigError, did_you_mean
 from dreamer.schema import f, installed, mapping, pip_install
 
 
@@ -75,4 +75,5 @@ def check(env) -> None:
     if module == "ale_py":
         gymnasium.register_envs(sys.modules["ale_py"])
     if (name if ":" in env_id else env_id) not in gymnasium.envs.registry:
-        raise ConfigError(f"env.id: unknown gymnasium id {env_id!r}")
+        hint = did_you_mean(env_id, gymnasium.envs.registry, "env.id={}")
+        raise ConfigError(f"env.id: unknown gymnasium id {env_id!r}{hint}")

@@ -1,7 +1,8 @@
 """Everything a resume needs, on disk safely.
 
 - ``save``/``latest``/``load``: atomic checkpoints (temporary file, fsync, rename), so
-  a crash mid-write leaves the previous checkpoint intact; the last ``keep`` are kept.
+  a crash mid-write leaves the previous checkpoint intact; the last ``keep`` are kept
+  (their names on disk: ``dreamer.runtime.rotation``).
   Each holds its format number and a SHA-256 of its content; loading unpickles tensors
   and plain containers only (``weights_only``), so a shared file runs no code, and a
   damaged one is refused (``newest_good`` resumes from the newest whole one instead).
@@ -26,10 +27,10 @@ import torch
 from torchrl.checkpoint import GlobalRNGState
 
 from dreamer.runtime.files import replacing, temporary_of
+from dreamer.runtime.rotation import PREFIX, checkpoint_dir, latest, rotation, saved_steps
 from dreamer.runtime.signals import stop_moment
 
 log = logging.getLogger("dreamer")
-PREFIX = "checkpoint-"
 # Left in the run directory by rank 0 with REQUEUE_EXIT: torchrun reports any worker's
 # non-zero code as 1, so a batch script learns of a checkpointed stop from this file.
 # Of the saved dict. 2: the replay's contents are files under <run.logdir>/replay and
@@ -38,10 +39,6 @@ PREFIX = "checkpoint-"
 FORMAT = 2
 READS = (1, 2)
 DAMAGED_SUFFIX = ".damaged"  # a checkpoint a resume found damaged, kept for inspection
-
-
-def checkpoint_dir(logdir: Path) -> Path:
-    return logdir / "checkpoints"
 
 
 class CheckpointError(OSError):
@@ -87,16 +84,6 @@ def remove_partial(logdir: Path) -> list[Path]:
     for path in partial:
         path.unlink(missing_ok=True)
     return partial
-
-
-def rotation(logdir: Path) -> list[Path]:
-    """The checkpoints kept, oldest first."""
-    return sorted(checkpoint_dir(logdir).glob(f"{PREFIX}*.pt"))
-
-
-def latest(logdir: Path) -> Path | None:
-    found = rotation(logdir)
-    return found[-1] if found else None
 
 
 def checksum(state: dict) -> str:
@@ -237,12 +224,6 @@ class Registry:
         for part in self.parts.values():
             if (method := getattr(part, hook, None)) is not None:
                 method(*args)
-
-
-def saved_steps(logdir: Path) -> list[int]:
-    """The env steps of the checkpoints in the rotation."""
-    found = (re.fullmatch(rf"{PREFIX}(\d+)\.pt", path.name) for path in rotation(logdir))
-    return sorted(int(match[1]) for match in found if match)
 
 
 class Saver:

@@ -44,7 +44,8 @@ from dreamer.runtime.signals import StopSignals
 from dreamer.runtime.timing import CpuSpeedNote, LoopTimers, StartLine
 from dreamer.runtime.world import World
 from dreamer.training.parts import build_parts
-from dreamer.training.rundir import make_run_dir, prepare_run_dir, resolved_logdir, with_logdir
+from dreamer.training.resume import resolved_logdir, with_logdir
+from dreamer.training.rundir import make_run_dir, prepare_run_dir
 
 log = logging.getLogger("dreamer")
 
