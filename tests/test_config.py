@@ -18,7 +18,7 @@ from dreamer.errors import ConfigError
 from dreamer.learning.learner import cpu_has_bf16
 from dreamer.runtime.world import World
 from dreamer.training.resume import resolved_logdir
-from tests.runs import forked_runs
+from tests.runs import ROOT, forked_runs
 
 SECTIONS = {"env", "model", "run", "replay", "collector", "learner", "eval", "logger"}
 # deter, hidden, classes, cnn_depth, units: the DreamerV3 author's configs.yaml
@@ -327,6 +327,7 @@ TRACKERS = ["wandb", "mlflow"]
 GOOD = [
     *(([*flag, "experiment=smoke", "env=cartpole"], []) for flag in CFG_FLAGS),
     *(([f"env={env}"], [package]) for env, package in EXTRAS),
+    (["env=minedojo"], []),  # not installed here: its stand-in is on no path
     *(([f"logger=[jsonl,{tracker}]"], [tracker]) for tracker in TRACKERS),
     (["--help"], []),
 ]
@@ -376,6 +377,19 @@ def test_missing_extra_exits_2_with_the_pip_command(env, package, cli_runs):
     bare = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root")}
     pip = subprocess.run([*printed[:3], "--version"], env=bare, capture_output=True, text=True)
     assert pip.returncode == 0 and pip.stdout.startswith("pip "), pip.stderr
+
+
+def test_minedojo_missing_points_at_the_page_with_what_pip_cannot_install(cli_runs):
+    """MineDojo needs more than its extra; the one line names the page that says what."""
+    result = cli(cli_runs, "env=minedojo")
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: env: minedojo needs minedojo; install it with ")
+    page, heading = re.search(r'JDK 8 and xvfb: (\S+), "(\w+)"\)$', line).groups()
+    text = (ROOT / page).read_text()
+    assert f"## {heading}" in text
+    minedojo = text.split(f"## {heading}", 1)[1]
+    assert all(need in minedojo for need in ("gym==0.21", "numpy<2", "JDK 8", "xvfb"))
 
 
 def test_gym_kwargs_reach_the_config_whole():

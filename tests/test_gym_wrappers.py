@@ -135,6 +135,33 @@ def test_an_unusable_image_env_exits_2_with_one_line(tmp_path):
         timeout=300,
     )
     assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert lines[-1].startswith("error: env:") and "env.size" in lines[-1], result.stderr
+    (line,) = result.stderr.strip().splitlines()  # nor the emulator's banner
+    assert line.startswith("error: env:") and "env.size" in line, result.stderr
+    assert result.stdout == ""
     assert not any(path.is_dir() for path in (tmp_path / "runs").glob("*/*"))
+
+
+# an env worker's life in one process: the env built and stepped, its frames encoded by
+# torchrl's specs (where torch warned of a read-only NumPy array)
+STEPPED = """
+import sys
+from dreamer.envs.make import make_env
+for config in ({"name": "gym", "id": "ALE/Pong-v5", "size": 64}, {"name": "atari"}):
+    from dreamer.command_line import load
+    from omegaconf import OmegaConf
+    env = OmegaConf.to_container(load([f"env={config['name']}", *(
+        f"env.{k}={v}" for k, v in config.items() if k != "name")]).env)
+    make_env(env, 0).rollout(3)
+"""
+
+
+def test_atari_envs_say_nothing_of_their_own():
+    """The emulator's banner ("A.L.E: Arcade Learning Environment ...", "[Powered by
+    Stella]"), once per process and run into the run's lines, and torch's warning of a
+    read-only frame: neither, through gymnasium's ids nor env=atari."""
+    pytest.importorskip("ale_py")
+    done = subprocess.run(
+        [sys.executable, "-c", STEPPED], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (done.stdout, done.stderr) == ("", "")

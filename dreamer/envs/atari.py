@@ -49,10 +49,18 @@ class LifeLossEnds(gymnasium.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
-def make(env, seed: int) -> gymnasium.Env:
+def register_ale() -> None:
+    """ale-py's ids registered with gymnasium, and its emulator quiet: each emulator it
+    builds printed its banner ("A.L.E: Arcade Learning Environment ...", "[Powered by
+    Stella]") from every process, into the run's lines."""
     import ale_py
 
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
     gymnasium.register_envs(ale_py)
+
+
+def make(env, seed: int) -> gymnasium.Env:
+    register_ale()
     base = gymnasium.make(
         ale_id(env["game"]),
         frameskip=1,  # repeat and pooling are ours, as in the official env

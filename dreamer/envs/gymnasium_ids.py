@@ -44,9 +44,9 @@ def make(env, seed: int) -> gymnasium.Env:
     if env.get("pixels"):
         kwargs["render_mode"] = "rgb_array"
     if env["id"].startswith("ALE/"):  # ale-py registers its ids only when imported
-        import ale_py
+        from dreamer.envs.atari import register_ale
 
-        gymnasium.register_envs(ale_py)
+        register_ale()
     made = gymnasium.make(env["id"], **kwargs)
     if env.get("pixels"):
         made = RenderedFrames(made)

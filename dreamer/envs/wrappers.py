@@ -30,7 +30,7 @@ def resize_image(image: np.ndarray, size: int) -> np.ndarray:
 
     channels = image.shape[-1]
     picture = Image.fromarray(image[..., 0] if channels == 1 else image)
-    out = np.asarray(picture.resize((size, size), Image.BILINEAR))
+    out = np.array(picture.resize((size, size), Image.BILINEAR))  # writable: torch warned
     return out[..., None] if channels == 1 else out
 
 
