@@ -228,6 +228,17 @@ def _check_lists(cfg: DictConfig) -> None:
         )
 
 
+def validated(cfg: DictConfig) -> DictConfig:
+    """``cfg`` checked for this job's world (``WORLD_SIZE`` ranks); ``ConfigError`` else."""
+    from omegaconf import read_write
+
+    from dreamer.runtime.world import World
+
+    with read_write(cfg):  # a tristate key's boolean is written as its name
+        _validate(cfg, World.from_environment().size)
+    return cfg
+
+
 def _validate(cfg: DictConfig, ranks: int) -> None:
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing == ["env.id"]:
@@ -253,7 +264,7 @@ def _validate(cfg: DictConfig, ranks: int) -> None:
     _check_lists(cfg)
 
 
-def load(overrides: list[str]) -> DictConfig:
+def load(overrides: list[str], check: bool = True) -> DictConfig:
     """Compose conf/config.yaml with Hydra-style ``overrides``, validate, derive, freeze.
 
     The world size (``WORLD_SIZE`` from torchrun) takes part in validation. What the
@@ -284,10 +295,14 @@ def load(overrides: list[str]) -> DictConfig:
         raise composition_error(e) from None
     finally:
         GlobalHydra.instance().clear()
-    return finish(composed, dict_values)
+    return finish(composed, dict_values, check)
 
 
-def finish(composed: DictConfig, dict_values: Mapping[str, Any] = {}) -> DictConfig:  # noqa: B006
+def finish(
+    composed: DictConfig,
+    dict_values: Mapping[str, Any] = {},  # noqa: B006
+    check: bool = True,
+) -> DictConfig:
     """A config Hydra composed (by ``load``, or by ``-m``'s launcher for a sweep job) as
     the run's config: exactly the schema's sections, ``dict_values`` set whole,
     validated, derived (``run.logdir``) and frozen."""
@@ -301,9 +316,8 @@ def finish(composed: DictConfig, dict_values: Mapping[str, Any] = {}) -> DictCon
             OmegaConf.update(cfg, key, value, merge=False)
     except OmegaConfBaseException as e:
         raise composition_error(e, env_name) from None
-    from dreamer.runtime.world import World
-
-    _validate(cfg, World.from_environment().size)
+    if check:  # a resume's config is checked once it is its run's (dreamer.train)
+        validated(cfg)
     OmegaConf.set_struct(cfg, True)
     OmegaConf.set_readonly(cfg, True)
     return cfg

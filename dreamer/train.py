@@ -15,7 +15,7 @@ import sys
 
 from omegaconf import DictConfig, OmegaConf
 
-from dreamer.command_line import load, parse_args
+from dreamer.command_line import load, parse_args, validated
 from dreamer.data.forkserver import start_forkserver
 from dreamer.errors import ConfigError
 from dreamer.key_reference import usage
@@ -45,7 +45,7 @@ def from_argv(argv: list[str]) -> DictConfig:
     user errors exit 2 with one line."""
     try:
         overrides, show = parse_args(argv, usage, cfg_flag=True)  # usage(): --help only
-        cfg = resumed(load(overrides), overrides)  # a resume's config: its run's own
+        cfg = validated(resumed(load(overrides, check=False), overrides))  # a resume's: its run's
         if show:  # as the run would save it: with the folder it would write to
             print(OmegaConf.to_yaml(with_logdir(cfg, resolved_logdir(cfg))), end="")
             sys.exit(0)

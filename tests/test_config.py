@@ -196,6 +196,29 @@ def test_a_gym_runs_folder_names_its_env_and_resume_reads_the_old_layout(tmp_pat
         resolved_logdir(acrobot)
 
 
+def test_a_resume_takes_its_runs_config_and_only_what_the_command_sets(tmp_path, monkeypatch):
+    """``run.resume=latest`` finds a smoke run by its own run.steps and continues it with
+    its config: the keys the command line sets go on top; in a torchrun job of a world
+    size the defaults do not divide (3: 16 envs), the defaults it compares with are not
+    refused."""
+    from dreamer.command_line import validated
+    from dreamer.training.resume import resumed
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    folder = Path("runs/crafter/20260101-000000")
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "checkpoints" / "checkpoint-000000000500.pt").write_bytes(b"")
+    smoke = ["experiment=smoke", "run.envs=3", "replay.batch=3"]
+    OmegaConf.save(load(smoke), folder / "config.yaml")
+    command = ["run.resume=latest", "run.log_every=7"]
+    with pytest.raises(ConfigError, match="run.envs: split evenly across the 3 ranks"):
+        load(command)  # the defaults alone: 16 envs
+    cfg = validated(resumed(load(command, check=False), command))  # as dreamer.train does
+    assert (cfg.run.logdir, cfg.run.steps, cfg.run.envs) == (str(folder), 2000, 3)
+    assert (cfg.collector.chunk, cfg.model.name, cfg.run.log_every) == (16, "tiny", 7)
+
+
 def test_minedojo_preset(monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).parent / "standins"))  # an importable minedojo
     env = OmegaConf.to_container(load(["env=minedojo"]).env)

@@ -89,7 +89,9 @@ KINDS = {
         "dreamer.envs.minedojo",
         package="minedojo",
         extra="minedojo",
-        install_note=' (MineDojo also needs gym 0.21, numpy<2, JDK 8 and xvfb: docs/envs.md, "MineDojo")',
+        install_note=(
+            ' (MineDojo also needs gym 0.21, numpy<2, JDK 8 and xvfb: docs/envs.md, "MineDojo")'
+        ),
         seeded_by_make=True,
         launch_lock=True,
     ),

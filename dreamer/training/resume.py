@@ -233,10 +233,11 @@ def resumed(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     keys the command line set (``typed_keys``) on top and ``run.logdir`` the folder, so a
     resume repeats none of the overrides its run started with (``make resume``). A key set
     that a resume cannot change is a ``ConfigError`` naming it and the folder; another
-    env's folder, one naming both envs. Any other command line: ``cfg`` as it is."""
+    env's folder, one naming both envs. Any other command line: ``cfg`` as it is. The
+    caller checks the result for its world (``command_line.validated``)."""
     if not (cfg.run.logdir or cfg.run.resume == "latest"):
         return cfg
-    typed = typed_keys(cfg, overrides, load([]))
+    typed = typed_keys(cfg, overrides, load([], check=False))
     logdir = resolved_logdir(cfg, typed)
     if not (logdir / SAVED_CONFIG).is_file():
         return cfg
@@ -270,7 +271,7 @@ def resumed(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     merged = OmegaConf.create(stored)
     for key in typed & set(after):
         OmegaConf.update(merged, key, after[key], merge=False)
-    return with_logdir(finish(merged), logdir)
+    return with_logdir(finish(merged, check=False), logdir)
 
 
 def check_resume(saved: dict, cfg: DictConfig) -> None:
