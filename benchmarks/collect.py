@@ -3,11 +3,14 @@ run on the same env, cores and DreamerV3 policy.
 
     python benchmarks/collect.py                       # crafter + cartpole, tiny + size1m
     python benchmarks/collect.py --envs crafter --models size1m --workers 4 --json out.json
+    python benchmarks/collect.py --quick   # crafter, tiny, 0.2 s a path: the suite's
 
 (a) limit: the env alone (random actions) x min(workers, cores); (b) stock: torchrl's
 synchronous ``Collector`` over a ``SerialEnv``, the policy in the driver; (c) chunk1: the
 trainer's ``AsyncBatchedCollector``, one transition per message; (d) chunk64: 64 per
 message (the default). Trailing ``key=value`` arguments override every path's config.
+The design's figure: 361 env steps/s on the stock path, 1,249 on ours (3.46x), a GPU
+node's many cores; on few cores the env workers and inference process share them.
 ``--json`` writes ``{"<env>": {"limit", "stock", "chunk1", "chunk64", "model", "models":
 {"<model>": {...}}, "machine"}}``, the top-level figures size1m's where measured.
 """
@@ -107,11 +110,13 @@ class Setup:
             collector.shutdown()
 
 
+DESIGN = {"stock": 361.0, "chunk64": 1249.0}  # env steps/s
+
+
 def measure(
-    env_name: str, model: str, workers: int, seconds: float, overrides: list[str]
+    env_name: str, model: str, workers: int, seconds: float, overrides: list[str], warmup=2.0
 ) -> dict[str, float]:
     setup = Setup(env_name, model, workers, overrides)
-    warmup = 2.0
     return {
         "limit": setup.limit(seconds),
         "stock": setup.stock(seconds, warmup),
@@ -140,13 +145,17 @@ def main() -> int:
     parser.add_argument("--models", nargs="+", default=["tiny", "size1m"])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=5.0, help="measured per path")
+    parser.add_argument("--quick", action="store_true", help="crafter, tiny, 0.2 s a path")
     parser.add_argument("--json", type=Path)
     parser.add_argument("overrides", nargs="*", help="config overrides, key=value")
     args = parser.parse_args()
+    warmup = 2.0
+    if args.quick:
+        args.envs, args.models, args.seconds, warmup = ["crafter"], ["tiny"], 0.2, 0.2
     results = {}
     for env_name in args.envs:
         for model in args.models:
-            rates = measure(env_name, model, args.workers, args.seconds, args.overrides)
+            rates = measure(env_name, model, args.workers, args.seconds, args.overrides, warmup)
             results[f"{env_name}/{model}"] = rates
             shown = ", ".join(f"{path} {rate:.0f}" for path, rate in rates.items())
             print(f"{env_name}/{model}: {shown}", flush=True)
@@ -155,6 +164,12 @@ def main() -> int:
         f"{cpu_model()}, torch {torch.__version__}"
     )
     print(table(results))
+    design = DESIGN["chunk64"] / DESIGN["stock"]
+    print(
+        f"design: stock {DESIGN['stock']:.0f} -> ours {DESIGN['chunk64']:,.0f} env steps/s "
+        f"({design:.2f}x, d/b) on a GPU node's many cores; here {usable_cores()} cores carry "
+        "the env workers, the inference process and the driver"
+    )
     if args.json:
         machine = f"{usable_cores()} cores, {args.workers} workers, {cpu_model()}"
         output = {}

@@ -83,7 +83,7 @@ if ((DRY)); then
   TRAIN=("${TINY[@]}" run.envs=2 run.steps=84 replay.size=1000 learner.compile=false
     learner.cudagraph=false)
   ATARI=("${TINY[@]}" run.steps=96)
-  COLLECT=(--models tiny --workers 2 --seconds 0.2)
+  COLLECT=(--quick)
 else
   PY=${PYTHON:-python3}  # the image's, with its torch
   SITE=${SITE:-/tmp/dreamer-site}

@@ -88,8 +88,9 @@ class RunConfig:
     """where the run writes; none = runs/<env.name>/<YYYYmmdd-HHMMSS> (env=gym:
     runs/gym/<env.id>/<YYYYmmdd-HHMMSS>)"""
     resume: str = _f("never", choices=("never", "latest"))
-    """latest: without run.logdir, continue the newest unfinished run of this env (under
-    runs/<env.name>/; make resume) instead of starting a new one"""
+    """latest: without run.logdir, continue the newest run of this env (under
+    runs/<env.name>/; make resume) short of its own run.steps, with its own config and
+    what the command line sets on top, instead of starting a new one"""
     log_every: int = _f(1000, ">= 1")
     """env steps between metrics rows"""
     log_seconds: float = _f(300.0, "> 0")

@@ -43,9 +43,10 @@ OVERRIDABLE = (
 )
 
 
-def evaluate(logdir: Path, reports: bool = False, **eval_overrides) -> EvalResult:
+def evaluate(logdir: Path, reports: bool = False, pool=None, **eval_overrides) -> EvalResult:
     """Greedy episodes of the run's checkpoint (``eval.*`` overrides as keywords, e.g.
-    ``episodes=2``); with ``reports``, also writes ``<logdir>/evaluate/<step>/``."""
+    ``episodes=2``); with ``reports``, also writes ``<logdir>/evaluate/<step>/`` (queued on
+    ``pool``, which the caller closes, where one is given: benchmarks/render.py's)."""
     found = checkpoint.find(logdir, eval_overrides.get("checkpoint"))
     state = checkpoint.load(found)
     cfg = saved(logdir / "config.yaml")
@@ -68,11 +69,13 @@ def evaluate(logdir: Path, reports: bool = False, **eval_overrides) -> EvalResul
             cfg, obs_names, logdir, 0, ranks, heads=action_heads(spaces), readonly=True
         )
         replay.load_state_dict(state["replay"])
-        pool = RenderPool(pool_size(cfg.eval.render_workers))
+        own = pool is None
+        pool = RenderPool(pool_size(cfg.eval.render_workers)) if own else pool
         submit_reports(pool, logdir, result, cfg, agent, replay, runner.image, REPORTS)
-        pool.close()
-        if pool.failures:
-            raise RuntimeError(f"reports not written: {pool.failures[0]}")
+        if own:
+            pool.close()
+            if pool.failures:
+                raise RuntimeError(f"reports not written: {pool.failures[0]}")
     return result
 
 

@@ -9,8 +9,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -20,7 +22,7 @@ from dreamer.envs.crafter import ACHIEVEMENTS
 from dreamer.outputs import metric_keys
 from dreamer.runtime import checkpoint
 from dreamer.train import main
-from tests.runs import QUICK, UNTIL_STOPPED, read_metrics, run_module, run_trainer
+from tests.runs import QUICK, ROOT, UNTIL_STOPPED, read_metrics, run_module, run_trainer
 
 LOSS_TERMS = ("loss_model_reco", "loss_model_reward", "loss_actor", "loss_value")
 
@@ -118,6 +120,46 @@ def test_run_gc_freeze_false_leaves_the_heap_unfrozen_and_still_counts(tmp_path)
     rows = read_metrics(logdir)
     assert all(row["gc/frozen_objects"] == 0 for row in rows)
     assert rows[-1]["gc/gen0_collections"] > 0
+
+
+def benchmark(script: str, *args: str) -> tuple[dict, str]:
+    """``python benchmarks/<script> --quick ARGS --json``: its results and what it printed."""
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(scratch) / "result.json"
+        done = subprocess.run(
+            [sys.executable, f"benchmarks/{script}", "--quick", *args, "--json", str(out)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return json.loads(out.read_text()), done.stdout
+
+
+@pytest.mark.slow
+def test_the_gc_freeze_benchmark_measures_a_frozen_and_an_unfrozen_run():
+    """benchmarks/gc_freeze.py --quick: a real run each way, their full collections'
+    pauses and generation-2 collections from the runs' own metrics."""
+    result, printed = benchmark("gc_freeze.py", "env=cue")
+    unfrozen, frozen = result["runs"]["unfrozen"], result["runs"]["frozen"]
+    assert unfrozen["frozen_objects"] == 0 < frozen["frozen_objects"]
+    assert unfrozen["full_collection_s"] > 0 and frozen["full_collection_s"] > 0
+    assert unfrozen["env_steps"] == frozen["env_steps"] == 300
+    assert "(design: 0.208 s -> 0.025 s, 8.3x)" in printed
+
+
+@pytest.mark.slow
+def test_the_render_benchmark_draws_a_runs_reports_alike_serially_and_on_a_pool(smoke_run):
+    """benchmarks/render.py --quick on this module's run: one evaluation's reports drawn
+    serially and on a pool of 2, the same files byte for byte."""
+    logdir, _ = smoke_run
+    result, printed = benchmark("render.py", "--run", str(logdir))
+    assert result["identical"] == {"2": True}
+    assert result["kinds"] == ["bars", "curve", "open_loop", "video"]
+    assert result["files"] == 4 and result["serial_s"] > 0 and result["pool_s"]["2"] > 0
+    assert "a pool divides by min(workers, cores)" in printed
+    assert not (logdir / "evaluate").exists()  # the run's folder is only read
 
 
 @pytest.mark.slow
