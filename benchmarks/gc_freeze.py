@@ -42,6 +42,7 @@ def run(frozen: bool, overrides: list[str]) -> dict:
         "frozen_objects": row["gc/frozen_objects"],
         "gen2_collections": gen2,
         "gen2_mean_s": row["gc/gen2_seconds"] / gen2 if gen2 else None,
+        "gen2_longest_s": row["gc/gen2_longest_s"],
         "gc_seconds": row["gc/seconds"],
         "env_steps": row["env_steps"],
     }
@@ -62,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  unfrozen {unfrozen:.4f} s, frozen {frozen:.6f} s: {ratio:,.0f}x", end="")
     print(f" (design: {DESIGN['unfrozen']} s -> {DESIGN['frozen']} s, {design:.1f}x)")
     for name, way in ways.items():
-        mean = way["gen2_mean_s"]
-        each = f", {mean:.4f} s each" if mean is not None else ""
+        mean, longest = way["gen2_mean_s"], way["gen2_longest_s"]
+        each = f", {mean:.4f} s on average, the longest {longest:.4f} s" if mean is not None else ""
         print(f"  {name}: {way['gen2_collections']} generation-2 collections in the loop{each}")
     if args.json:
         result = {

@@ -145,6 +145,7 @@ def test_the_gc_freeze_benchmark_measures_a_frozen_and_an_unfrozen_run():
     unfrozen, frozen = result["runs"]["unfrozen"], result["runs"]["frozen"]
     assert unfrozen["frozen_objects"] == 0 < frozen["frozen_objects"]
     assert unfrozen["full_collection_s"] > 0 and frozen["full_collection_s"] > 0
+    assert all(way["gen2_longest_s"] >= 0 for way in (unfrozen, frozen))
     assert unfrozen["env_steps"] == frozen["env_steps"] == 300
     assert "(design: 0.208 s -> 0.025 s, 8.3x)" in printed
 

@@ -61,6 +61,7 @@ TRAINING = {
     "gc/gen<0|1|2>_collections": "collections of that generation since the loop began",
     "gc/frozen_objects": "objects `gc.freeze()` moved out of the collector's reach",
     "gc/full_collection_s": "the pause of a full collection as the loop began (frozen or not)",
+    "gc/gen2_longest_s": "the longest pause of a generation-2 collection since the loop began",
     "time/collect_wait_s": "wall seconds of the interval waiting for collected data",
     "time/sample_s": "sampling replay batches",
     "time/update_s": "in learner updates",

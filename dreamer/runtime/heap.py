@@ -18,6 +18,7 @@ class GcStats:
 
     def __init__(self):
         self.seconds = [0.0, 0.0, 0.0]
+        self.longest = [0.0, 0.0, 0.0]  # the longest pause of each generation's collections
         self.collections = [0, 0, 0]
         self.full_collection_s = 0.0  # the pause of a full collection as the loop began
         self._started: float | None = None
@@ -27,7 +28,9 @@ class GcStats:
             self._started = time.perf_counter()
         elif self._started is not None:
             generation = info["generation"]
-            self.seconds[generation] += time.perf_counter() - self._started
+            pause = time.perf_counter() - self._started
+            self.seconds[generation] += pause
+            self.longest[generation] = max(self.longest[generation], pause)
             self.collections[generation] += 1
             self._started = None
 
@@ -36,6 +39,7 @@ class GcStats:
             "gc/seconds": sum(self.seconds),
             "gc/frozen_objects": gc.get_freeze_count(),
             "gc/full_collection_s": self.full_collection_s,
+            "gc/gen2_longest_s": self.longest[2],
         }
         for generation in range(3):
             result[f"gc/gen{generation}_seconds"] = self.seconds[generation]
