@@ -61,3 +61,16 @@ def test_kill_9_at_three_moments_loses_nothing(tmp_path):
         values = [row[counter] for row in rows]
         assert values == sorted(values), f"{counter} went back"
     assert checkpoint.load(checkpoint.latest(logdir))["steps"]["env_steps"] == steps
+    # TensorBoard, read by its own reader, holds each step once: metrics.jsonl's
+    assert tensorboard_steps(logdir, "updates") == [row["env_steps"] for row in rows]
+
+
+def tensorboard_steps(logdir, key: str) -> list[int]:
+    """The steps of ``key``'s scalars in the run's event files, as TensorBoard shows them
+    (its reader drops what a resumed writer's purge step hides)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (folder,) = {path.parent for path in (logdir / "tensorboard").rglob("events.out.tfevents.*")}
+    events = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    events.Reload()
+    return [event.step for event in events.Scalars(key)]

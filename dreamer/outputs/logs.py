@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import sys
 import time
 from pathlib import Path
 
 import torch
+from torchrl.record.loggers import TensorboardLogger
 from tqdm import tqdm
 
 from dreamer.runtime.files import replace_text
@@ -43,22 +45,40 @@ class OutputError(OSError):
     """A run output could not be written (a full disk, a quota): the run stops."""
 
 
+class ResumedTensorboard(TensorboardLogger):
+    """torchrl's ``TensorboardLogger`` whose writer purges, for TensorBoard's readers, the
+    events a killed run wrote past the checkpoint its resume goes on from (``start``):
+    ``SummaryWriter(purge_step=start + 1)``, TensorBoard's own answer (a fresh start: all
+    that a run killed before its first checkpoint wrote). Without it every
+    step between a checkpoint and a kill -9 or a preemption showed twice."""
+
+    def __init__(self, exp_name: str, log_dir: str, start: int = 0):
+        self.start = start  # read by _create_experiment, which torchrl's __init__ calls
+        super().__init__(exp_name, log_dir)
+
+    def _create_experiment(self):
+        from torch.utils.tensorboard import SummaryWriter
+
+        folder = os.path.join(self.log_dir, self.exp_name)
+        return SummaryWriter(log_dir=folder, purge_step=self.start + 1)
+
+
 class MetricsWriter:
     """Appends one JSON object per log interval; mirrors scalars to TensorBoard and to
     the experiment trackers, and hands them the files drawn for evaluations."""
 
-    def __init__(self, logdir: Path, tensorboard: bool = True, trackers=()):
+    def __init__(self, logdir: Path, tensorboard: bool = True, trackers=(), start: int = 0):
+        """``start``: the env step a resumed run goes on from; its metrics.jsonl holds no
+        row past it (``truncate``) and TensorBoard hides the events past it."""
         self.trackers = list(trackers)
         self.path = logdir / "metrics.jsonl"
         self.file = self.path.open("a", encoding="utf-8")
         self.tensorboard = None
         if tensorboard:  # torchrl's logger: events under <logdir>/tensorboard
-            from torchrl.record.loggers import TensorboardLogger
-
-            self.tensorboard = TensorboardLogger("tensorboard", str(logdir))
+            self.tensorboard = ResumedTensorboard("tensorboard", str(logdir), start)
 
     @classmethod
-    def from_config(cls, cfg, logdir: Path) -> MetricsWriter:
+    def from_config(cls, cfg, logdir: Path, start: int = 0) -> MetricsWriter:
         """The outputs ``logger.use`` names (``metrics.jsonl`` always)."""
         from omegaconf import OmegaConf
 
@@ -68,7 +88,7 @@ class MetricsWriter:
         trackers = start_trackers(
             use, logdir, cfg.logger, OmegaConf.to_container(cfg, resolve=True)
         )
-        return cls(logdir, tensorboard="tensorboard" in use, trackers=trackers)
+        return cls(logdir, tensorboard="tensorboard" in use, trackers=trackers, start=start)
 
     def log_file(self, path: Path) -> None:
         for tracker in self.trackers:

@@ -204,7 +204,7 @@ def announce(cfg, parts, pace: str, logdir: Path, world: World, device) -> Metri
     the metrics writer (rank 0's)."""
     if world.main and (note := path_note(bool(parts.spaces.image_keys))):
         log.info(note)  # a note on speed, not a problem with this run
-    writer = MetricsWriter.from_config(cfg, logdir) if world.main else None
+    writer = MetricsWriter.from_config(cfg, logdir, parts.steps.env_steps) if world.main else None
     log.info(
         "training %s on %s (update: %s; learner: %d torch threads of %d usable cores, "
         "OpenMP %s, malloc %s; collection pace while it updates: %s), logging to %s",
