@@ -236,6 +236,14 @@ def test_the_start_line_names_the_precision_and_why(monkeypatch):
     assert describe(chosen, cpu, torch.device("cpu")).startswith("fp32 (learner.precision=fp32)")
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/cpuinfo"), reason="Linux's CPU flags")
+def test_bf16_detection_agrees_with_the_kernels_cpu_flags():
+    """torch's own detection (``torch.cpu.get_capabilities``) against what Linux says of
+    this CPU: an x86 one computes bf16 with avx512_bf16 or AMX bf16, an ARM one with bf16."""
+    flags = set(open("/proc/cpuinfo").read().split())
+    assert cpu_has_bf16() == bool(flags & {"avx512_bf16", "amx_bf16", "bf16", "svebf16"})
+
+
 def test_bf16_on_a_cpu_runs_where_the_cpu_has_it_and_is_one_line_where_not(monkeypatch):
     cfg = load(["learner.device=cpu", "learner.precision=bf16"])
     monkeypatch.setattr(learner_module, "cpu_has_bf16", lambda: True)

@@ -131,16 +131,13 @@ def learner_modes(learner_cfg, device: torch.device) -> dict[str, bool]:
 
 
 def cpu_has_bf16() -> bool:
-    """Whether this CPU computes bf16 in hardware (x86's avx512_bf16 or AMX; oneDNN's
-    own check where it has one): elsewhere bf16 is emulated, slower than fp32."""
-    check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
-    if check is not None and not check():
-        return False
-    try:
-        flags = Path("/proc/cpuinfo").read_text().split()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    """Whether this CPU computes bf16 in hardware, as torch's own detection says
+    (``torch.cpu.get_capabilities``, torch >= 2.13): x86's avx512_bf16 or AMX bf16, ARM's
+    bf16 or SVE bf16. Elsewhere bf16 is emulated, slower than fp32; an older torch has no
+    public answer: no."""
+    capabilities = getattr(torch.cpu, "get_capabilities", None)
+    found = capabilities() if capabilities is not None else {}
+    return any(found.get(name) for name in ("avx512_bf16", "amx_bf16", "bf16", "sve_bf16"))
 
 
 def compiles_losses(device: torch.device) -> bool:
