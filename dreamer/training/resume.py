@@ -97,18 +97,26 @@ def saved_run_steps(folder: Path) -> int | None:
     return OmegaConf.select(OmegaConf.load(path), "run.steps") if path.is_file() else None
 
 
-def latest_unfinished(folders: list[Path], target: Callable[[Path], int | None]) -> Path | None:
+def target_steps(cfg: DictConfig, typed: set[str]) -> Callable[[Path], int]:
+    """A run's ``run.steps`` as a resume judges it: the command line's where it sets one,
+    else the run's own (its saved config's; the command line's where it has none)."""
+    if "run.steps" in typed:
+        return lambda folder: cfg.run.steps
+    return lambda folder: saved_run_steps(folder) or cfg.run.steps
+
+
+def latest_unfinished(folders: list[Path], target: Callable[[Path], int]) -> Path | None:
     """The first of ``folders`` whose latest checkpoint (its name holds its env step) is
     short of ``target(folder)``."""
     for folder in folders:
-        steps, wanted = saved_steps(folder), target(folder)
-        if steps and wanted is not None and steps[-1] < wanted:
+        steps = saved_steps(folder)
+        if steps and steps[-1] < target(folder):
             return folder
     return None
 
 
 def env_text(env) -> str:
-    """An env as a command line names it: ``env=atari (pong)``, ``env=crafter``."""
+    """An env as a command line names it: ``env=gym (Pendulum-v1)``, ``env=crafter``."""
     label = registry.label(env)
     return f"env={env['name']}" + (f" ({label})" if label != env["name"] else "")
 
@@ -132,7 +140,7 @@ def nothing_to_resume(cfg: DictConfig, typed: set[str]) -> ConfigError:
             f"checkpoint there; start one with {train}, or resume another env's with {resume}"
         )
     newest = done[0]
-    wanted = cfg.run.steps if "run.steps" in typed else saved_run_steps(newest)
+    wanted = target_steps(cfg, typed)(newest)
     runs_word = "run is" if len(done) == 1 else f"{len(done)} runs are"
     return ConfigError(
         f"nothing to resume under {runs}/: its {runs_word} finished (the newest, "
@@ -158,11 +166,7 @@ def resolved_logdir(cfg: DictConfig, typed: set[str] | None = None) -> Path:
         return logdir
     if cfg.run.resume == "latest":
         typed = {"run.steps"} if typed is None else typed
-        steps = cfg.run.steps
-        found = latest_unfinished(
-            run_folders(cfg.env),
-            lambda folder: steps if "run.steps" in typed else saved_run_steps(folder) or steps,
-        )
+        found = latest_unfinished(run_folders(cfg.env), target_steps(cfg, typed))
         if found is None:
             raise nothing_to_resume(cfg, typed)
         return found
