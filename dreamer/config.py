@@ -23,6 +23,7 @@ from dreamer.envs.registry import EnvSettings
 from dreamer.errors import ConfigError, did_you_mean
 from dreamer.schema import TRISTATE
 from dreamer.schema import f as _f
+from dreamer.schema import section as _section
 from dreamer.schema import strings as _list
 
 # the YAML presets: conf/ at the top of a checkout, the package dreamer.conf in a wheel
@@ -73,7 +74,7 @@ class ModelConfig:
 class RunConfig:
     """How long a run goes, where it writes, and how often."""
 
-    steps: int = _f(1_000_000, ">= 1")
+    steps: int = _f(1_000_000, ">= 1", resumable=True)
     """env steps in total"""
     envs: int = _f(4, ">= 1")
     """env workers (the whole job's: split across ranks)"""
@@ -84,33 +85,33 @@ class RunConfig:
     """env steps collected before the first update"""
     seed: int = _f(0)
     """seed of the weights, the env workers and the replay sampling"""
-    logdir: str | None = _f(None)
+    logdir: str | None = _f(None, resumable=True)
     """where the run writes; none = runs/<env.name>/<YYYYmmdd-HHMMSS> (env=gym:
     runs/gym/<env.id>/<YYYYmmdd-HHMMSS>)"""
-    resume: str = _f("never", choices=("never", "latest"))
+    resume: str = _f("never", choices=("never", "latest"), resumable=True)
     """latest: without run.logdir, continue the newest run of this env (under
     runs/<env.name>/; make resume) short of its own run.steps, with its own config and
     what the command line sets on top, instead of starting a new one"""
-    log_every: int = _f(1000, ">= 1")
+    log_every: int = _f(1000, ">= 1", resumable=True)
     """env steps between metrics rows"""
-    log_seconds: float = _f(300.0, "> 0")
+    log_seconds: float = _f(300.0, "> 0", resumable=True)
     """wall seconds a metrics row waits at most (when new env steps came), whatever
     log_every"""
-    save_every: float = _f(900.0, "> 0")
+    save_every: float = _f(900.0, "> 0", resumable=True)
     """seconds between checkpoints"""
-    keep: int = _f(3, ">= 1")
+    keep: int = _f(3, ">= 1", resumable=True)
     """checkpoints kept"""
-    save_failures: int = _f(3, ">= 1")
+    save_failures: int = _f(3, ">= 1", resumable=True)
     """checkpoint writes failing in a row (a full disk, a quota) before the run stops
     with exit 1; the last good checkpoint stays the one a rerun resumes from"""
-    progress: bool = _f(True)
+    progress: bool = _f(True, resumable=True)
     """the progress bar (env steps, updates, ETA) on stderr"""
-    gc_freeze: bool = _f(True)
+    gc_freeze: bool = _f(True, resumable=True)
     """gc.freeze() the set-up's heap for the loop (false: to measure what it saves)"""
-    from_checkpoint: str | None = _f(None)
+    from_checkpoint: str | None = _f(None, resumable=True)
     """a new run starts from the weights of this run directory (its latest checkpoint)
     or checkpoint file"""
-    from_checkpoint_parts: list[str] = _list(["world_model", "actor", "critic"])
+    from_checkpoint_parts: list[str] = _list(["world_model", "actor", "critic"], resumable=True)
     """what a warm start takes: any of world_model, actor, critic, optimizer (the last
     needs the other three)"""
 
@@ -151,24 +152,24 @@ class CollectorConfig:
 
     chunk: int = _f(64, ">= 1")
     """transitions per message from each worker to the driver"""
-    sync_every: int = _f(10, ">= 1")
+    sync_every: int = _f(10, ">= 1", resumable=True)
     """learner updates between weight pushes to the inference process"""
-    push_timeout: float = _f(5.0, "> 0")
+    push_timeout: float = _f(5.0, "> 0", resumable=True)
     """seconds a weight push waits for the inference process; a starved one (logged)
     gets the next push"""
-    threads: int = _f(1, ">= 1")
+    threads: int = _f(1, ">= 1", resumable=True)
     """torch threads of the inference process"""
-    envs_per_worker: int = _f(1, ">= 1")
+    envs_per_worker: int = _f(1, ">= 1", resumable=True)
     """envs per worker process (must divide run.envs); > 1: torchrl serves the policy
     from a driver thread and does not chunk"""
-    worker_affinity: str = _f("none", choices=("none", "spread"))
+    worker_affinity: str = _f("none", choices=("none", "spread"), resumable=True)
     """spread: env worker i pinned to the i-th allowed core (Linux)"""
-    pace: str = _f("auto", choices=("auto", "stop", "nice", "pause", "none"))
+    pace: str = _f("auto", choices=("auto", "stop", "nice", "pause", "none"), resumable=True)
     """collection while the learner updates: stop = env workers and inference stopped
     (SIGSTOP) through each update burst, nice = at the lowest CPU priority, pause =
     parked by torchrl (waking every 10 ms), none = running beside it; auto = stop with a
     CPU learner on 4 usable cores or fewer, else none (a GPU learner: collection overlaps)"""
-    inference: InferenceConfig = field(default_factory=InferenceConfig)
+    inference: InferenceConfig = _section(InferenceConfig, resumable=True)
 
 
 @dataclass
@@ -197,16 +198,16 @@ class LossScales:
 class LearnerConfig:
     """The update: device, precision, compilation, and DreamerV3's learning constants."""
 
-    device: str = _f("auto", choices=("auto", "cpu", "cuda"))
+    device: str = _f("auto", choices=("auto", "cpu", "cuda"), resumable=True)
     """where the learner runs; auto = cuda when a GPU is visible"""
-    precision: str = _f("auto", choices=("auto", "bf16", "fp32"))
+    precision: str = _f("auto", choices=("auto", "bf16", "fp32"), resumable=True)
     """bf16 = the loss under bf16 autocast, without loss scaling (CUDA, or a CPU with
     bf16 instructions); auto = bf16 on CUDA, fp32 on the CPU"""
-    compile: str = _f("auto", choices=TRISTATE)
+    compile: str = _f("auto", choices=TRISTATE, resumable=True)
     """torch.compile the update's step functions (RSSM steps, the losses after
     imagination), cached under $XDG_CACHE_HOME/dreamer; auto = on CUDA (the long CPU
     presets set true)"""
-    cudagraph: str = _f("auto", choices=TRISTATE)
+    cudagraph: str = _f("auto", choices=TRISTATE, resumable=True)
     """CUDA-graph the update's forward and backward; auto = on CUDA"""
     lr: float = _f(4e-5, "> 0")
     """learning rate of world model, actor and critic (the official 4e-5)"""
@@ -217,7 +218,7 @@ class LearnerConfig:
     imag_last: int = _f(0, ">= 0")
     """imagine from the last K replayed steps of every sequence (batch x K starts; 0 =
     every step); the replay-value term learns on the same steps"""
-    threads: int = _f(0, ">= 0")
+    threads: int = _f(0, ">= 0", resumable=True)
     """torch threads of the learner; 0 = the cores collection leaves it on the CPU
     (every usable core when collection is paced), torch's default on CUDA"""
     grad_clip: float = _f(0.3, "> 0")
@@ -282,11 +283,11 @@ class WandbConfig:
 
 @dataclass
 class LoggerConfig:
-    use: list[str] = _list(["jsonl", "tensorboard"])
+    use: list[str] = _list(["jsonl", "tensorboard"], resumable=True)
     """outputs besides metrics.jsonl (always written): any of tensorboard, mlflow,
     wandb; logger=[...] sets this"""
-    mlflow: MlflowConfig = field(default_factory=MlflowConfig)
-    wandb: WandbConfig = field(default_factory=WandbConfig)
+    mlflow: MlflowConfig = _section(MlflowConfig, resumable=True)
+    wandb: WandbConfig = _section(WandbConfig, resumable=True)
 
 
 @dataclass
@@ -297,7 +298,7 @@ class Config:
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     collector: CollectorConfig = field(default_factory=CollectorConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
+    eval: EvalConfig = _section(EvalConfig, resumable=True)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
 
 
@@ -437,3 +438,17 @@ def group_defaults(group: str, option: str) -> DictConfig:
     preset = OmegaConf.load(CONF_DIR / group / f"{option}.yaml")
     cls = registry.settings(preset.name) if group == "env" else typing.get_type_hints(Config)[group]
     return OmegaConf.merge(OmegaConf.structured(cls), preset)
+
+
+def resumable_keys(node: type = Config, prefix: str = "", marked: bool = False) -> tuple[str, ...]:
+    """The keys a resumed run may set anew, in schema order: the fields marked
+    ``resumable``, and every key of a section so marked; every other key is its run's."""
+    keys: list[str] = []
+    hints = typing.get_type_hints(node)
+    for item in dataclasses.fields(node):
+        chosen = marked or item.metadata.get("resumable", False)
+        if dataclasses.is_dataclass(hints[item.name]):
+            keys += resumable_keys(hints[item.name], f"{prefix}{item.name}.", chosen)
+        elif chosen:
+            keys.append(f"{prefix}{item.name}")
+    return tuple(keys)

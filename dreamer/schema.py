@@ -29,14 +29,27 @@ TRISTATE = ("auto", "true", "false")
 TYPE_NAMES = {int: "an integer", float: "a number", bool: "a boolean", str: "a string"}
 
 
-def f(default: Any = MISSING, check: str | None = None, choices: tuple[str, ...] = ()) -> Any:
-    """A schema field; ``check``: '>= 1', '> 0', '[0, 1)', ...; ``choices``: allowed strings."""
-    return field(default=default, metadata={"check": check, "choices": choices})
+def f(
+    default: Any = MISSING,
+    check: str | None = None,
+    choices: tuple[str, ...] = (),
+    resumable: bool = False,
+) -> Any:
+    """A schema field; ``check``: '>= 1', '> 0', '[0, 1)', ...; ``choices``: allowed strings;
+    ``resumable``: a resumed run may set it anew (every other key is its run's)."""
+    metadata = {"check": check, "choices": choices, "resumable": resumable}
+    return field(default=default, metadata=metadata)
 
 
-def strings(default: list[str]) -> Any:
+def strings(default: list[str], resumable: bool = False) -> Any:
     """A list-of-strings schema field."""
-    return field(default_factory=lambda: list(default), metadata={"check": None, "choices": ()})
+    metadata = {"check": None, "choices": (), "resumable": resumable}
+    return field(default_factory=lambda: list(default), metadata=metadata)
+
+
+def section(kind: type, resumable: bool = False) -> Any:
+    """A nested section of the schema; ``resumable``: every key of it (see ``f``)."""
+    return field(default_factory=kind, metadata={"resumable": resumable})
 
 
 def mapping() -> Any:

@@ -8,7 +8,6 @@ folder it looked at and what it found there."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 import os
 import re
 import time
@@ -18,52 +17,13 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, read_write
 
 from dreamer.command_line import DICT_KEYS, composition_error, finish, load
-from dreamer.config import (
-    GROUPS,
-    RENAMED_KEYS,
-    EvalConfig,
-    InferenceConfig,
-    MlflowConfig,
-    WandbConfig,
-    flatten,
-    in_current_keys,
-    schema,
-)
+from dreamer.config import GROUPS, RENAMED_KEYS, flatten, in_current_keys, resumable_keys, schema
 from dreamer.envs import registry
 from dreamer.errors import ConfigError
 from dreamer.runtime.rotation import saved_steps
 
-# Keys a resumed run may change; everything else must match the run directory's config.
-RESUMABLE_KEYS = (
-    "run.steps",
-    "run.logdir",
-    "run.resume",
-    "run.log_every",
-    "run.log_seconds",
-    "run.save_every",
-    "run.keep",
-    "run.save_failures",
-    "run.progress",
-    "run.gc_freeze",
-    "collector.sync_every",
-    "collector.push_timeout",
-    "collector.threads",
-    "collector.envs_per_worker",
-    "collector.pace",
-    "collector.worker_affinity",
-    *(f"collector.inference.{f.name}" for f in dataclasses.fields(InferenceConfig)),
-    "learner.threads",
-    "learner.device",
-    "learner.precision",
-    "learner.compile",
-    "learner.cudagraph",
-    *(f"eval.{f.name}" for f in dataclasses.fields(EvalConfig)),
-    "run.from_checkpoint",  # used when a run starts; a resume ignores them
-    "run.from_checkpoint_parts",
-    "logger.use",
-    *(f"logger.mlflow.{f.name}" for f in dataclasses.fields(MlflowConfig)),
-    *(f"logger.wandb.{f.name}" for f in dataclasses.fields(WandbConfig)),
-)
+# Keys a resumed run may set anew (the schema marks them); every other is its run's.
+RESUMABLE_KEYS = resumable_keys()
 SAVED_CONFIG = "config.yaml"
 
 
