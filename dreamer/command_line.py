@@ -28,7 +28,7 @@ from dreamer.config import (
     schema,
     schema_type,
 )
-from dreamer.errors import ConfigError, did_you_mean
+from dreamer.errors import ConfigError, did_you_mean, first_line
 from dreamer.schema import TYPE_NAMES, check_field, check_section
 
 USAGE = (
@@ -141,12 +141,12 @@ def composition_error(e: Exception, env_name: str | None = None) -> ConfigError:
         cause = cause.__cause__ or cause.__context__
     key = getattr(cause, "full_key", None)
     if not key:
-        return ConfigError(str(e).strip().splitlines()[0])
+        return ConfigError(first_line(e))
     if isinstance(cause, ConfigAttributeError | ConfigKeyError):  # e.g. stray key in a preset
         schema_type(key, env_name)  # raises the usual "unknown key; allowed keys ..." error
     if isinstance(cause, ValidationError):
         return wrong_type(key, cause.value, env_name)
-    return ConfigError(f"{key}: {str(cause).splitlines()[0]}")
+    return ConfigError(f"{key}: {first_line(cause)}")
 
 
 def _check_world(cfg: DictConfig, ranks: int) -> None:

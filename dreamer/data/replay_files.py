@@ -35,7 +35,6 @@ fsync and rename) with ``DREAMER_STOP_AT=replay_chunk_write`` or ``replay_tail_w
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 import shutil
@@ -43,9 +42,10 @@ from pathlib import Path
 
 import torch
 
+from dreamer.errors import first_line
 from dreamer.outputs.logs import OutputError
 from dreamer.runtime.checkpoint import CheckpointError
-from dreamer.runtime.files import replacing
+from dreamer.runtime.files import bytes_free, replacing
 from dreamer.runtime.signals import stop_moment
 
 log = logging.getLogger("dreamer")
@@ -100,10 +100,7 @@ def write_file(path: Path, first: int, data: Chunk) -> None:
 
 
 def write_error(path: Path, error: OSError) -> str:
-    with contextlib.suppress(OSError):
-        free = shutil.disk_usage(path.parent).free
-        return f"replay: {path}: {error.strerror or error} ({free:,} bytes free)"
-    return f"replay: {path}: {error.strerror or error}"
+    return f"replay: {path}: {error.strerror or error}{bytes_free(path.parent)}"
 
 
 def read_file(path: Path, first: int, fields: list, chunk: int, mapped: bool) -> Chunk:
@@ -125,9 +122,8 @@ def read_file(path: Path, first: int, fields: list, chunk: int, mapped: bool) ->
             assert tuple(value.shape[1:]) == field.stored_shape, field.name
             assert 0 < value.shape[0] <= chunk
     except Exception as error:  # torch.load raises many kinds on a cut file
-        detail = str(error).strip().splitlines()[0][:120] if str(error).strip() else ""
         raise CheckpointError(
-            f"{path}: not a whole replay file ({detail or type(error).__name__}); {advice}"
+            f"{path}: not a whole replay file ({first_line(error)}); {advice}"
         ) from None
     return data
 

@@ -35,7 +35,7 @@ from torchrl.envs.gym_like import default_info_dict_reader
 
 from dreamer.envs import registry
 from dreamer.envs.restarts import Checked, Restarting
-from dreamer.errors import ConfigError
+from dreamer.errors import ConfigError, first_line
 
 if TYPE_CHECKING:
     from tensordict import TensorDict
@@ -141,8 +141,7 @@ def probe_env(env, seed: int, latent: tuple[int, int] | None = None) -> EnvProbe
         raise
     except Exception as error:
         what = registry.label(env)
-        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ConfigError(f"env: cannot create {what}: {detail}") from error
+        raise ConfigError(f"env: cannot create {what}: {first_line(error)}") from error
     try:
         try:
             spaces = spaces_from_env(probe)

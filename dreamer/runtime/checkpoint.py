@@ -19,14 +19,14 @@ import hashlib
 import logging
 import pickle
 import re
-import shutil
 from pathlib import Path
 from typing import Protocol
 
 import torch
 from torchrl.checkpoint import GlobalRNGState
 
-from dreamer.runtime.files import replacing, temporary_of
+from dreamer.errors import first_line
+from dreamer.runtime.files import bytes_free, replacing, temporary_of
 from dreamer.runtime.rotation import PREFIX, checkpoint_dir, latest, rotation, saved_steps
 from dreamer.runtime.signals import stop_moment
 
@@ -69,9 +69,8 @@ def save(logdir: Path, step: int, state: dict, keep: int = 3) -> Path:
             torch.save(content, handle)
             stop_moment("checkpoint_write")
     except (OSError, RuntimeError) as error:  # torch.save wraps write errors in RuntimeError
-        free = shutil.disk_usage(folder).free  # torch's message may not say the disk is full
-        raise CheckpointError(
-            f"checkpoint at step {step} not written: {_detail(error)} ({free:,} bytes free)"
+        raise CheckpointError(  # torch's message may not say the disk is full: the bytes do
+            f"checkpoint at step {step} not written: {_detail(error)}{bytes_free(folder)}"
         ) from None
     for old in rotation(logdir)[:-keep]:
         old.unlink()
@@ -144,9 +143,7 @@ def load(path: Path) -> dict:
 def _detail(error: Exception) -> str:
     """The line of a load error that says what is wrong (not torch's advice around it)."""
     advice = ("Weights only", "(1)", "(2)", "Check the doc", "Please file", "WeightsUnp")
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    lines = [line for line in lines if not line.startswith(advice)] or [type(error).__name__]
-    return lines[0][:120]
+    return first_line(error, advice)
 
 
 def newest_good(logdir: Path) -> tuple[Path, dict] | tuple[None, None]:

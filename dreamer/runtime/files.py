@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -41,3 +42,12 @@ def replacing(path: Path) -> Iterator[BinaryIO]:
 def replace_text(path: Path, text: str) -> None:
     with replacing(path) as handle:
         handle.write(text.encode("utf-8"))
+
+
+def bytes_free(folder: Path) -> str:
+    """``" (N bytes free)"`` on ``folder``'s file system, for a failed write's line (a
+    library's message may not say the disk is full); ``""`` where it cannot be read."""
+    try:
+        return f" ({shutil.disk_usage(folder).free:,} bytes free)"
+    except OSError:
+        return ""
