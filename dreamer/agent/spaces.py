@@ -57,15 +57,9 @@ class EnvSpaces:
 IMAGE_MULTIPLE = 16  # the CNNs halve the image 4 times (CNN_MULTS)
 
 
-def image_shaped(shape: tuple[int, ...], uint8: bool) -> bool:
-    """The one rule of what an image observation is: height x width x 1 or 3 channels of
-    uint8 (the gym wrappers' ``is_image`` and the agent's spaces both ask it)."""
-    return len(shape) == 3 and shape[-1] in (1, 3) and uint8
-
-
 def _obs_kind(name: str, spec: TensorSpec) -> str:
     shape = tuple(spec.shape)
-    if image_shaped(shape, spec.dtype == torch.uint8):
+    if len(shape) == 3 and shape[-1] in (1, 3) and spec.dtype == torch.uint8:
         if shape[0] % IMAGE_MULTIPLE or shape[1] % IMAGE_MULTIPLE:
             raise ValueError(
                 f"image observation {name!r} is {shape[0]}x{shape[1]}: its sides must be "
