@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, read_write
 
 from dreamer.config import (
     CONF_DIR,
@@ -230,8 +230,6 @@ def _check_lists(cfg: DictConfig) -> None:
 
 def validated(cfg: DictConfig) -> DictConfig:
     """``cfg`` checked for this job's world (``WORLD_SIZE`` ranks); ``ConfigError`` else."""
-    from omegaconf import read_write
-
     from dreamer.runtime.world import World
 
     with read_write(cfg):  # a tristate key's boolean is written as its name

@@ -145,8 +145,8 @@ def typed_keys(cfg: DictConfig, overrides: list[str], defaults: DictConfig) -> s
     """The keys a command line set: each ``key=value``, every key of a group it chose
     (``env=...``: all of ``env.*``), and every key whose value differs from ``defaults``
     (the config of an empty command line: what ``experiment=...`` set)."""
-    chosen = flatten(OmegaConf.to_container(cfg))
-    default = flatten(OmegaConf.to_container(defaults))
+    chosen = leaves(OmegaConf.to_container(cfg))
+    default = leaves(OmegaConf.to_container(defaults))
     typed = {key for key, value in chosen.items() if default.get(key) != value}
     for text in overrides:
         key = text.lstrip("+~").partition("=")[0]
@@ -182,7 +182,7 @@ def resumable_text(env_name: str) -> str:
 
 def leaves(node: dict) -> dict:
     """``flatten``, a dict-valued key (``env.kwargs``) one value."""
-    flat = flatten({k: v for k, v in node.items()})
+    flat = flatten(node)
     for key in DICT_KEYS:
         section, _, name = key.partition(".")
         if isinstance(node.get(section), dict) and name in node[section]:
@@ -208,7 +208,7 @@ def resumed(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     stored = in_current_keys(OmegaConf.to_container(OmegaConf.load(logdir / SAVED_CONFIG)))
     before, after = leaves(stored), leaves(OmegaConf.to_container(cfg))
     env_key = f"env.{registry.kind(before['env.name']).label}" if "env.name" in before else None
-    for key in ("env.name", env_key):
+    for key in {"env.name", env_key}:  # crafter's label is its name
         if key in typed and before.get(key) != after.get(key):
             raise ConfigError(
                 f"run.logdir: {logdir} holds an {env_text(stored['env'])} run, not "
