@@ -17,7 +17,9 @@ from dreamer.evaluation.runner import EvalRunner
 
 
 @pytest.mark.slow
-def test_a_shutdown_right_after_a_trigger_leaves_no_evaluation_process(tmp_path):
+def test_a_shutdown_right_after_a_trigger_closes_the_evaluation_process_it_started(
+    tmp_path, caplog
+):
     cfg = load(["experiment=smoke", "env=gym", "env.id=tests.faulty_env:SlowStart-v0"])
     env = env_config(cfg.env, tmp_path)
     spaces, achievements = describe_env(env, 0)
@@ -27,10 +29,14 @@ def test_a_shutdown_right_after_a_trigger_leaves_no_evaluation_process(tmp_path)
     before = set(multiprocessing.active_children())
     runner = EvalRunner.from_config(cfg, env, spaces, achievements)
     runner.trigger(0, agent.policy)  # the process starts in torchrl's backend thread
-    started = time.monotonic()
-    runner.shutdown()
-    left = [p for p in multiprocessing.active_children() if p not in before and p.is_alive()]
-    assert not left, f"{left} alive {time.monotonic() - started:.0f} s after the shutdown"
+    with caplog.at_level(logging.INFO):
+        runner.shutdown()
+    started = [p for p in multiprocessing.active_children() if p not in before]
+    assert not [p for p in started if p.is_alive()], "an evaluation process outlived the run"
+    # closed as torchrl closes its workers (exit code 0), not terminated with a warning:
+    # a run stopped with Ctrl-C as its evaluation starts says only what a stop says
+    assert runner.process() is not None and runner.process().exitcode == 0
+    assert "outlived its shutdown" not in caplog.text
 
 
 @pytest.mark.slow

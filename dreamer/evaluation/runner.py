@@ -324,10 +324,13 @@ class EvalRunner:
         with _quiet_end_of(thread, self.pending_step):
             self.evaluator.shutdown()
             # a trigger just before may still be building the process in torchrl's backend
-            # thread: wait for that thread, then look again (else the process, started
-            # after the shutdown, would hold the run's exit forever)
+            # thread: its shutdown waits 5 s for that thread, then closes the collector
+            # only if one exists by then. Wait for the thread, then close what it built
+            # (torchrl's own "close", answered once the process is up), else the
+            # process, started after the shutdown, would hold the run's exit forever.
             if thread is not None and thread.ident is not None:
                 thread.join(BUILD_TIMEOUT)  # woken by the shutdown: long only while building
+                self.evaluator.shutdown()  # a no-op where the first one closed it
         process = process or self.process()
         if process is not None and process.is_alive():
             log.warning("the evaluation process outlived its shutdown; terminating it")
