@@ -159,11 +159,12 @@ def test_an_env_worker_imports_nothing_its_forkserver_did_not(overrides):
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
-def test_the_forkserver_started_at_launch_leaves_torchrls_start_method_spawn():
+def test_the_forkserver_started_at_launch_is_torchrls_start_method_too():
     """Starting the forkserver reads multiprocessing's global start method, which fixed
     it at Linux's fork: torchrl then forked the driver for the evaluation process (a
-    copy of the driver, which outlived a killed one). Its children block SIGINT and
-    SIGHUP (the first child, the resource tracker, unblocked SIGINT for the rest)."""
+    copy of the driver, which outlived a killed one); with spawn, that process imported
+    torch and torchrl anew. Its children block SIGINT and SIGHUP (the first child, the
+    resource tracker, unblocked SIGINT for the rest)."""
     probe = (
         "import multiprocessing, sys\n"
         "from dreamer.command_line import load\n"
@@ -180,7 +181,7 @@ def test_the_forkserver_started_at_launch_leaves_torchrls_start_method_spawn():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     method, blocked = done.stdout.split()
-    assert method == "spawn"
+    assert method == "forkserver"
     for signum in (signal.SIGINT, signal.SIGHUP):  # bit n - 1: signal n
         assert int(blocked) & 1 << (signum - 1), signum
 

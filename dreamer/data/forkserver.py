@@ -1,6 +1,6 @@
-"""The forkserver the collector's env workers and inference process are forked from:
-what it imports before forking (``forkserver_preload``), and its start at launch
-(``start_forkserver``), before the driver imports torch."""
+"""The forkserver the collector's env workers, its inference process and the evaluation
+process are forked from: what it imports before forking (``forkserver_preload``), and
+its start at launch (``start_forkserver``), before the driver imports torch."""
 
 from __future__ import annotations
 
@@ -50,10 +50,11 @@ def start_forkserver(cfg) -> None:
         return
     # starting a forkserver reads the global start method, which fixes it at Linux's
     # fork where none was set; torchrl starts its own processes (the evaluation's) with
-    # that method, else with spawn: fork copied the driver into an evaluation process
-    # that outlived a killed driver
+    # that method: fork copied the driver into an evaluation process that outlived a
+    # killed driver; spawn imported torch and torchrl anew in it (~3 s of CPU at each
+    # run's first evaluation); from this forkserver it finds them imported
     if multiprocessing.get_start_method(allow_none=True) is None:
-        multiprocessing.set_start_method("spawn")
+        multiprocessing.set_start_method("forkserver")
     multiprocessing.get_context("forkserver").set_forkserver_preload(
         forkserver_preload(cfg.env.name)
     )
