@@ -9,6 +9,8 @@ starved (stopped) inference server: tests/test_pace.py."""
 import os
 import re
 import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -38,6 +40,29 @@ RUN = [
     "eval.render_workers=1",
     UNTIL_STOPPED,  # the test ends it with USR1
 ]
+
+
+def test_render_workers_die_with_a_killed_run():
+    """A run killed outright (SIGKILL, out of memory) cannot close its pool: its workers
+    go with it (``die_with_parent``), as the forkserver and its children do."""
+    owner = subprocess.Popen([sys.executable, "-c", POOL_OWNER], stdout=subprocess.PIPE, text=True)
+    workers = [int(pid) for pid in owner.stdout.readline().split()]
+    assert len(workers) == 2 and all(alive(pid) for pid in workers)
+    owner.kill()
+    owner.wait()
+    wait_until(lambda: not any(alive(pid) for pid in workers), "the workers' end", 30)
+
+
+POOL_OWNER = """
+import time
+from dreamer.evaluation.render import RenderPool
+pool = RenderPool(2)
+pool.start()
+for future in pool._starting:
+    future.result()
+print(*pool._pool._processes, flush=True)
+time.sleep(600)
+"""
 
 
 def test_render_pool_draws_again_what_a_killed_worker_left(tmp_path):

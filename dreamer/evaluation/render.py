@@ -17,8 +17,6 @@ import logging
 import multiprocessing
 import os
 import signal
-import threading
-import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -27,7 +25,7 @@ import numpy as np
 
 from dreamer.runtime.cores import usable_cores
 from dreamer.runtime.relaunches import Relaunches
-from dreamer.runtime.signals import children_keep_signals, stop_moment
+from dreamer.runtime.signals import children_keep_signals, die_with_parent, stop_moment
 
 log = logging.getLogger(__name__)
 
@@ -165,18 +163,12 @@ def draw(kind: str, path: Path, arguments: dict) -> Path:
     return RENDERERS[kind](Path(path), **arguments) or Path(path)
 
 
-def _start_worker(parent: int) -> None:
+def _start_worker() -> None:
     """Pool workers leave Ctrl-C to the run, which drains and closes the pool, and
-    exit by themselves if the run is killed outright (SIGKILL, out of memory)."""
+    die with it if it is killed outright (SIGKILL, out of memory)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
+    die_with_parent()
     _pyplot()
-
-
-def _exit_with(parent: int) -> None:
-    while os.getppid() == parent:
-        time.sleep(1.0)
-    os._exit(0)
 
 
 def _ready() -> int:
@@ -214,9 +206,7 @@ class RenderPool:
 
     def _new_pool(self) -> ProcessPoolExecutor:
         context = multiprocessing.get_context("spawn")
-        return ProcessPoolExecutor(
-            self.workers, mp_context=context, initializer=_start_worker, initargs=(os.getpid(),)
-        )
+        return ProcessPoolExecutor(self.workers, mp_context=context, initializer=_start_worker)
 
     def start(self) -> None:
         """Start every worker now, ahead of the first figure (they import matplotlib for
