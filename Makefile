@@ -30,8 +30,9 @@ install-dev: $(DEV_STAMP)
 # Ctrl-C stops a run with a checkpoint, its resume line last on screen: the run is a
 # terminal job of its own (DREAMER_TERMINAL_JOB: make does not get the Ctrl-C, which
 # printed "make: *** [...] Interrupt" below that line) and its exit code 130 is taken
-# as done (make printed "Error 130")
-RUN = DREAMER_TERMINAL_JOB=1 $(PY) -m dreamer.train
+# as done (make printed "Error 130"); the extra the chosen env needs (dmc, atari) is
+# installed first where it is missing (DREAMER_INSTALL_EXTRAS)
+RUN = DREAMER_TERMINAL_JOB=1 DREAMER_INSTALL_EXTRAS=1 $(PY) -m dreamer.train
 STOPPED = || [ $$? -eq 130 ]
 
 train: $(STAMP)

@@ -329,3 +329,26 @@ def can_mount_tmpfs() -> bool:
                 return True
         except subprocess.CalledProcessError:
             return False
+
+
+def venv_without(folder: Path, *hidden: str) -> Path:
+    """A new venv (its python returned) that has this one's packages but ``hidden`` (top
+    level names, with their dist-info): each entry of this venv's site-packages linked
+    into its own, so that a pip install there writes only into the new venv."""
+    import sysconfig
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", folder], check=True)
+    python = folder / "bin" / "python"
+    target = Path(
+        subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        name = entry.name.split("-")[0].lower()
+        if name not in hidden and not (target / entry.name).exists():
+            (target / entry.name).symlink_to(entry)
+    return python

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from dreamer.envs.make import make_env
 from dreamer.errors import ConfigError
 from dreamer.outputs import metric_keys
 from dreamer.runtime import checkpoint
-from tests.runs import ROOT, forked_runs, read_metrics, run_trainer
+from tests.runs import ROOT, forked_runs, read_metrics, run_trainer, venv_without
 
 pytest.importorskip("dm_control")
 try:
@@ -188,3 +189,31 @@ def test_smoke_run(tmp_path, obs):
     assert bool(convs) == (obs == "vision"), convs
     assert all(torch.isfinite(torch.tensor(rows[-1][k])) for k in rows[-1] if "loss" in k)
     assert [key for row in rows for key in row if not metric_keys.documented(key)] == []
+
+
+@pytest.mark.slow
+def test_make_train_installs_the_extra_the_chosen_env_lacks_then_trains(tmp_path):
+    """The README's CPU run as typed (``make train ARGS=experiment=dmc_proprio_cpu``, here
+    cut to a few steps) in a venv without dm_control and mujoco: make's trainer installs
+    the dmc extra into that venv, then trains."""
+    python = venv_without(tmp_path / "venv", "dm_control", "mujoco")
+    assert subprocess.run([python, "-c", "import dm_control"], capture_output=True).returncode
+    short = "model=tiny run.envs=2 run.steps=64 run.train_starts=48 run.log_every=32 env.length=32"
+    short += " replay.batch=2 replay.length=8 collector.chunk=16 eval.every=0 run.progress=false"
+    logdir = tmp_path / "run"
+    args = f"ARGS=experiment=dmc_proprio_cpu {short} run.logdir={logdir}"
+    make = ["make", "-s", "-f", str(ROOT / "Makefile"), "-o", ".venv/.installed", "train"]
+    done = subprocess.run(
+        [*make, f"PY={python}", args], cwd=tmp_path, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    needs = "dm-control>=1.0.50 mujoco<4,>=3.17"  # pyproject.toml's dmc extra
+    assert done.stdout.startswith(f"env: dmc needs dm_control: installing {needs}\n")
+    site = subprocess.run(
+        [python, "-c", "import dm_control, mujoco; print(dm_control.__file__, mujoco.__file__)"],
+        capture_output=True,
+        text=True,
+    )
+    for module in site.stdout.split():  # installed into the new venv, not linked
+        assert Path(module).resolve().is_relative_to(tmp_path / "venv"), module
+    assert read_metrics(logdir)[-1]["env_steps"] == 64

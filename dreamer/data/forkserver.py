@@ -42,10 +42,13 @@ def start_forkserver(cfg) -> None:
     Started with SIGINT blocked, as every child of the run, and SIGHUP (what a paced
     collection needs of its processes: ``children_keep_signals``); they die with the run.
 
-    The env kind's check comes first: it refuses an env the machine cannot run in one
-    line, and prepares the environment the workers inherit (DMC's ``MUJOCO_GL``, which
+    The env kind's check comes first (under make, after installing the extra it lacks:
+    ``registry.INSTALL_EXTRAS``): it refuses an env the machine cannot run in one line,
+    and prepares the environment the workers inherit (DMC's ``MUJOCO_GL``, which
     dm_control reads once, when the forkserver imports it)."""
-    registry.kind(cfg.env.name).check(cfg.env)
+    kind = registry.kind(cfg.env.name)
+    kind.install_extra(cfg.env)
+    kind.check(cfg.env)
     if cfg.collector.envs_per_worker > 1:
         return
     # starting a forkserver reads the global start method, which fixes it at Linux's

@@ -10,11 +10,19 @@ and one YAML.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from types import ModuleType
 
 from dreamer.errors import ConfigError
 from dreamer.schema import f, installed, pip_install
+
+# set by make's train, smoke and resume: the extra a chosen env needs is installed first
+INSTALL_EXTRAS = "DREAMER_INSTALL_EXTRAS"
+DISTRIBUTION = "dreamer-torchrl"  # pyproject.toml's name (PyPI's "dreamer" is another)
 
 
 @dataclass
@@ -64,6 +72,28 @@ class EnvKind:
             )
         if hasattr(self.adapter, "check"):
             self.adapter.check(env)
+
+    def install_extra(self, env) -> None:
+        """Where ``DREAMER_INSTALL_EXTRAS`` is set and this kind's package is missing,
+        pip-install its extra's requirements (as listed in the project's metadata) into
+        this interpreter's environment; an extra that needs more than pip (MineDojo)
+        is left to ``check``'s line."""
+        if not os.environ.get(INSTALL_EXTRAS) or not self.package or self.install_note:
+            return
+        if installed(self.package):
+            return
+        marker = f'extra == "{self.extra}"'
+        try:
+            needs = [
+                r.split(";")[0] for r in importlib.metadata.requires(DISTRIBUTION) if marker in r
+            ]
+        except importlib.metadata.PackageNotFoundError:  # a source tree, not installed
+            return
+        command = [sys.executable, "-m", "pip", "install", "--quiet", *needs]
+        print(f"env: {env['name']} needs {self.package}: installing {' '.join(needs)}", flush=True)
+        if subprocess.run(command).returncode != 0:
+            raise ConfigError(f"env: {env['name']}: installing {' '.join(needs)} failed (above)")
+        importlib.invalidate_caches()
 
 
 KINDS = {
