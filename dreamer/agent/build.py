@@ -56,6 +56,17 @@ class Agent:
     loss: DreamerV3Loss
     target_updater: SoftUpdate
 
+    def loss_names(self, part) -> dict[str, str]:
+        """``part``'s state-dict names (a module the loss holds: the world model, actor,
+        value or the acting policy) -> the loss's names of the same tensors: the loss
+        owns every parameter, and its nesting is read off, not written out."""
+        name_of = {id(value): name for name, value in self.loss.state_dict(keep_vars=True).items()}
+        return {
+            name: name_of[id(value)]
+            for name, value in part.state_dict(keep_vars=True).items()
+            if id(value) in name_of
+        }
+
 
 def _build_head(
     in_features: int, out: int, model, depth: int, outscale: float = 1.0

@@ -41,11 +41,7 @@ def acting_weights(loss_state: dict, model, learner, spaces: EnvSpaces) -> dict:
     }
     tiny.update(cnn_depth=4, blocks=1, bins=3)  # torchrl's image decoder needs multiples of 8
     agent = build_agent(OmegaConf.create(tiny), learner, spaces)
-    owner = {id(value): name for name, value in agent.loss.state_dict(keep_vars=True).items()}
-    names = {
-        name: owner[id(value)] for name, value in agent.policy.state_dict(keep_vars=True).items()
-    }
-    return {name: loss_state[source] for name, source in names.items()}
+    return {name: loss_state[source] for name, source in agent.loss_names(agent.policy).items()}
 
 
 class Policy:

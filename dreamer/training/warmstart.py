@@ -25,19 +25,10 @@ MODEL_PARTS = WARM_START_PARTS[:3]
 def _owners(agent: Agent) -> dict[str, str]:
     """Loss state-dict name -> the part that owns it (names the parts do not own, such
     as constants derived from the config, are left out)."""
-    part_of = {}
-    for part, module in (
-        ("world_model", agent.world_model),
-        ("actor", agent.actor),
-        ("critic", agent.value),
-    ):
-        for value in module.state_dict(keep_vars=True).values():
-            part_of[id(value)] = part
-    owners = {}
-    for name, value in agent.loss.state_dict(keep_vars=True).items():
-        if id(value) in part_of:
-            owners[name] = part_of[id(value)]
-        elif "target_value" in name:  # the slow critic: a copy, not the critic's tensors
+    parts = {"world_model": agent.world_model, "actor": agent.actor, "critic": agent.value}
+    owners = {name: part for part, m in parts.items() for name in agent.loss_names(m).values()}
+    for name in agent.loss.state_dict(keep_vars=True):
+        if "target_value" in name:  # the slow critic: a copy, not the critic's tensors
             owners[name] = "critic"
         elif "retnorm" in name:
             owners[name] = "actor"
