@@ -56,7 +56,7 @@ def example_inputs(policy: Policy, batch: int = EXAMPLE_BATCH) -> tuple:
 
 
 def _mask_names(spaces: EnvSpaces) -> set[str]:
-    from dreamer.agent.heads import mask_keys
+    from dreamer.agent.layout import mask_keys
 
     return set(mask_keys(spaces.action_heads))
 

@@ -4,7 +4,7 @@ import torch
 from omegaconf import OmegaConf
 
 from dreamer.agent.build import latent_sizes
-from dreamer.agent.heads import Head
+from dreamer.agent.layout import Head
 from dreamer.agent.spaces import EnvSpaces, ObsKey, spaces_from_env
 from dreamer.data.replay import SequenceReplay, replay_keys
 from dreamer.envs.make import make_env

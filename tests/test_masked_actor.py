@@ -8,7 +8,7 @@ import torch
 from tensordict import TensorDict
 from torchrl.envs import ExplorationType, set_exploration_type
 
-from dreamer.agent.heads import Head
+from dreamer.agent.layout import Head
 from dreamer.agent.masked import MaskedMultiHead, masked_multi_head_actor
 
 # root: 0 noop, 1 move, 2 craft (uses head 1), 3 equip / 4 place (use head 2 with own masks)

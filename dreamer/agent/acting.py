@@ -13,7 +13,7 @@ from tensordict.nn import TensorDictSequential
 from torch import nn
 from torch.nn import functional
 
-from dreamer.agent.heads import mask_keys
+from dreamer.agent.layout import mask_keys
 from dreamer.agent.masked import MaskedMultiHead
 from dreamer.agent.spaces import EnvSpaces
 from dreamer.torchrl_compat import update_belief

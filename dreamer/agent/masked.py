@@ -34,7 +34,7 @@ from torch.distributions import Distribution
 from torch.nn import functional
 from torchrl.modules import DreamerV3MLP
 
-from dreamer.agent.heads import Head, mask_keys
+from dreamer.agent.layout import Head, mask_keys
 from dreamer.torchrl_compat import dreamer_v3_init
 
 

@@ -13,7 +13,7 @@ import torch
 from torchrl.data import Composite, MultiOneHot, OneHot, TensorSpec
 from torchrl.envs import ActionScaling
 
-from dreamer.agent.heads import Head
+from dreamer.agent.layout import Head, image_shaped
 from dreamer.torchrl_compat import gym_env
 
 # Keys that the env transforms add for the agent itself, never encoded.
@@ -59,7 +59,7 @@ IMAGE_MULTIPLE = 16  # the CNNs halve the image 4 times (CNN_MULTS)
 
 def _obs_kind(name: str, spec: TensorSpec) -> str:
     shape = tuple(spec.shape)
-    if len(shape) == 3 and shape[-1] in (1, 3) and spec.dtype == torch.uint8:
+    if image_shaped(shape, spec.dtype == torch.uint8):
         if shape[0] % IMAGE_MULTIPLE or shape[1] % IMAGE_MULTIPLE:
             raise ValueError(
                 f"image observation {name!r} is {shape[0]}x{shape[1]}: its sides must be "

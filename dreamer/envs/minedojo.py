@@ -31,7 +31,7 @@ import numpy as np
 from filelock import FileLock, Timeout
 from gymnasium import spaces
 
-from dreamer.agent.heads import Head
+from dreamer.agent.layout import Head
 from dreamer.envs.registry import EnvSettings
 from dreamer.envs.restarts import EnvFatalError
 from dreamer.errors import ConfigError

@@ -10,16 +10,14 @@ from __future__ import annotations
 import gymnasium
 import numpy as np
 
+from dreamer.agent.layout import image_shaped
+
 GRAY_WEIGHTS = np.array([0.299, 0.587, 0.114])  # ITU-R 601 luma, as the official Atari env
 
 
 def is_image(space: gymnasium.Space) -> bool:
-    return (
-        isinstance(space, gymnasium.spaces.Box)
-        and len(space.shape) == 3
-        and space.shape[-1] in (1, 3)
-        and space.dtype == np.uint8
-    )
+    box = isinstance(space, gymnasium.spaces.Box)
+    return box and image_shaped(space.shape, space.dtype == np.uint8)
 
 
 def resize_image(image: np.ndarray, size: int) -> np.ndarray:
