@@ -104,7 +104,7 @@ def test_children_die_and_the_run_goes_on(tmp_path):
     version_at_replacement = run.wait_rows(past=rows[-1]["env_steps"])[-1]["policy_version"]
     # the evaluation process, killed as soon as it shows (most likely mid-evaluation)
     os.kill(int(run.wait_for(r"evaluation process pid: (\d+)")), signal.SIGKILL)
-    run.wait_for(r"(the evaluation process .*died.*relaunching it)")
+    run.wait_for(r"(the evaluation process .*died.*; replacing it)")
     run.wait_for(r"(eval at env step \d+: return)")  # the one it ran, played again
     run.wait_for(r"evaluation process pid: (\d+)", 2)
     # the new server took pushes since (the rows are the run's own record of them)

@@ -366,13 +366,11 @@ class SelfHealingCollector:
                     0,
                     -signal.SIGTERM,
                 )
-                if server_died:
-                    self.relaunches.add("inference")
-                log.error(
-                    "collection failed (%s: %s)%s; replacing the collector",
-                    error,
-                    cause,
-                    " after its inference server died" if server_died else "",
+                self.relaunches.replacing(
+                    "inference" if server_died else None,
+                    f"collection failed ({error}: {cause})"
+                    + (" after its inference server died" if server_died else ""),
+                    "the collector",
                 )
                 self.replacements += 1
                 self.earlier_versions += collector.policy_version

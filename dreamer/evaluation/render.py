@@ -261,8 +261,9 @@ class RenderPool:
             self.collect()
             return
         self._starting = []
-        self.relaunches.add("render")
-        log.error("a render worker died (%s); replacing the render pool", self._pool._broken)
+        self.relaunches.replacing(
+            "render", f"a render worker died ({self._pool._broken})", "the render pool"
+        )
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._pool = self._new_pool()
         self.start()
@@ -270,7 +271,7 @@ class RenderPool:
         for path, future, (work, attempt) in pending:
             lost = not future.done() or future.cancelled()
             if lost or isinstance(future.exception(), BrokenProcessPool):
-                if attempt < 2:
+                if self.relaunches.again(attempt):
                     log.warning("drawing %s again", path)
                     self._submit(path, work, attempt + 1)
                 else:

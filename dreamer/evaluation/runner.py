@@ -28,7 +28,6 @@ from dreamer.runtime.signals import children_keep_signals, stop_moment
 log = logging.getLogger(__name__)
 
 EVAL_SEED_OFFSET = 1_000_000  # eval worlds differ from every training worker's
-ATTEMPTS = 2  # an evaluation whose process dies is run once more on a relaunched one
 BUILD_TIMEOUT = 120.0  # s a shutdown waits for an evaluation process still being started
 
 
@@ -251,11 +250,13 @@ class EvalRunner:
         if not self._died():
             return
         step, attempt = self.pending_step, self._attempt
-        self.relaunches.add("eval")
-        log.error(
-            "the evaluation process%s died%s; relaunching it",
-            f" (pid {process.pid}, exit code {process.exitcode})" if process else "",
-            f" during the evaluation at env step {step}" if step is not None else "",
+        self.relaunches.replacing(
+            "eval",
+            "the evaluation process"
+            + (f" (pid {process.pid}, exit code {process.exitcode})" if process else "")
+            + " died"
+            + (f" during the evaluation at env step {step}" if step is not None else ""),
+            "it",
         )
         try:
             self.evaluator.shutdown(timeout=5.0)
@@ -265,7 +266,7 @@ class EvalRunner:
         self.pending_step = None
         if step is None:
             return
-        if attempt < ATTEMPTS:
+        if self.relaunches.again(attempt):
             log.warning("running the evaluation at env step %d again", step)
             self._attempt = attempt + 1
             self._submit(step)

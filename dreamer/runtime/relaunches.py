@@ -1,20 +1,37 @@
-"""How often each kind of child process of a run died and was started again.
+"""A dead child process of a run, replaced: one way for every kind to count it and say
+so, and how often the work it was doing is tried (``ATTEMPTS``).
 
-Env workers are counted by ``EpisodeStats`` as ``env/restarts`` (a replaced collector);
-the rest here, written to every metrics row as ``restarts/<kind>`` and kept in the
-checkpoint, so the counts run over resumes."""
+Each kind detects its own deaths (torchrl's collector raises, a process pool breaks,
+the evaluation process is found dead) and calls ``replacing``. Env workers are counted
+by ``EpisodeStats`` as ``env/restarts`` (a replaced collector); the rest here, written
+to every metrics row as ``restarts/<kind>`` and kept in the checkpoint, so the counts
+run over resumes."""
 
 from __future__ import annotations
 
+import logging
+
+log = logging.getLogger(__name__)
+
 KINDS = ("inference", "eval", "render")
+ATTEMPTS = 2  # the work a dead process was doing runs once more on its replacement
 
 
 class Relaunches:
     def __init__(self):
         self.counts = dict.fromkeys(KINDS, 0)
 
-    def add(self, kind: str) -> None:
-        self.counts[kind] += 1
+    def replacing(self, kind: str | None, what: str, replacement: str) -> None:
+        """``what`` died (``kind``: counted here; None: an env worker, counted as an
+        episode stat), and ``replacement`` is started: one ERROR line of one form."""
+        if kind is not None:
+            self.counts[kind] += 1
+        log.error("%s; replacing %s", what, replacement)
+
+    @staticmethod
+    def again(attempt: int) -> bool:
+        """Whether work whose process died at its ``attempt``-th try is tried again."""
+        return attempt < ATTEMPTS
 
     def metrics(self) -> dict[str, int]:
         return {f"restarts/{kind}": count for kind, count in self.counts.items()}
