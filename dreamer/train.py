@@ -1,8 +1,8 @@
 """``python -m dreamer.train [overrides]``: the command line read and checked, the
-collector's forkserver started, then the run (``dreamer.training.loop``).
+env checked, then the run (``dreamer.training.loop``) with the collector's forkserver
+forked from this process once it has imported torch and torchrl.
 
-Reading the command line needs no torch: ``--help`` and a bad override answer at once,
-and a run starts its env workers' imports while this process imports the learner's."""
+Reading the command line needs no torch: ``--help`` and a bad override answer at once."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import sys
 from omegaconf import DictConfig, OmegaConf
 
 from dreamer.command_line import load, parse_args, validated
-from dreamer.data.forkserver import start_forkserver
+from dreamer.data.forkserver import check_env, start_forkserver
 from dreamer.errors import ConfigError
 from dreamer.key_reference import usage
 from dreamer.runtime import signals
@@ -31,12 +31,13 @@ def main(argv: list[str] | None = None, build=None, cfg: DictConfig | None = Non
     if cfg is None:  # a sweep's job passes the config its launcher composed
         cfg = from_argv(argv)
     try:
-        start_forkserver(cfg)
+        check_env(cfg)
     except ConfigError as e:  # the env this machine cannot run
         print(f"error: {e}", file=sys.stderr)
         return 2
     from dreamer.training import loop  # torch, torchrl: seconds
 
+    start_forkserver(cfg)  # forked from this process, which has imported them now
     return loop.run(argv, cfg, build)
 
 

@@ -63,9 +63,14 @@ def marked(name: str, value: str) -> set[int]:
 
 
 def helper(pid: int) -> bool:
-    """One of this process's own interpreter helpers (kept for its life, by design)."""
-    return parent(pid) == os.getpid() and any(
-        name in command_line(pid) for name in INTERPRETER_HELPERS
+    """One of this process's own interpreter helpers (kept for its life, by design): a
+    spawned one, or the collector's forkserver that a run inside this process forked
+    from it (``dreamer.data.forkserver``)."""
+    from multiprocessing import forkserver
+
+    return parent(pid) == os.getpid() and (
+        any(name in command_line(pid) for name in INTERPRETER_HELPERS)
+        or pid == forkserver._forkserver._forkserver_pid
     )
 
 

@@ -159,16 +159,17 @@ def test_an_env_worker_imports_nothing_its_forkserver_did_not(overrides):
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
-def test_the_forkserver_started_at_launch_is_torchrls_start_method_too():
-    """Starting the forkserver reads multiprocessing's global start method, which fixed
-    it at Linux's fork: torchrl then forked the driver for the evaluation process (a
-    copy of the driver, which outlived a killed one); with spawn, that process imported
-    torch and torchrl anew. Its children block SIGINT and SIGHUP (the first child, the
-    resource tracker, unblocked SIGINT for the rest)."""
+def test_the_runs_forkserver_is_torchrls_start_method_too():
+    """torchrl starts the evaluation process with multiprocessing's global start method:
+    fork copied the driver into one (which outlived a killed driver); spawn, which
+    torchrl's import sets, imported torch and torchrl anew in it. The forkserver's
+    children block SIGINT and SIGHUP (the first child, the resource tracker, unblocked
+    SIGINT for the rest)."""
     probe = (
         "import multiprocessing, sys\n"
         "from dreamer.command_line import load\n"
         "from dreamer.data.forkserver import start_forkserver\n"
+        "import torchrl\n"  # its import sets spawn
         "start_forkserver(load(['env=cue']))\n"
         "from multiprocessing import forkserver\n"
         "pid = forkserver._forkserver._forkserver_pid\n"

@@ -123,6 +123,12 @@ _stop_at = os.environ.pop(STOP_AT, "")
 _moments_seen: dict[str, int] = {}
 
 
+def forget_stop_moment() -> None:
+    """In a child forked from the run's process: ``DREAMER_STOP_AT`` is the run's alone."""
+    global _stop_at
+    _stop_at = ""
+
+
 def stop_moment(name: str) -> None:
     """A moment where a stop is hardest to get right: a child process starting while
     this thread blocks SIGINT, a checkpoint or replay file half written, the update
