@@ -1,10 +1,12 @@
 """The training loop's bookkeeping: what a resume restores and what a metrics row
 averages."""
 
+import itertools
 import random
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -13,7 +15,9 @@ import torch
 from dreamer import train
 from dreamer.command_line import load
 from dreamer.runtime import checkpoint
+from dreamer.runtime.timing import LoopTimers
 from dreamer.runtime.world import World
+from dreamer.training.loop import RowClock
 from dreamer.training.parts import build_parts
 from tests.runs import QUICK, read_metrics
 
@@ -117,3 +121,19 @@ def test_a_checkpoint_written_as_an_evaluation_starts_holds_it_in_flight(tmp_pat
     for step in evals:
         state = checkpoint.load(logdir / "checkpoints" / f"checkpoint-{step:012d}.pt")
         assert state["evaluation"]["step"] == step, (step, state["evaluation"]["step"])
+
+
+def test_a_rows_interval_ends_when_the_row_is_decided():
+    """``time/wall_s`` spans the two decisions of a row, not the two moments its values
+    were gathered: a first row that took longer to gather made the next row's interval
+    read shorter than ``run.log_seconds`` (a loaded suite saw 1.967 s of 2)."""
+    should_log = RowClock(every=10**9, seconds=0.2, end=10**9, start=0)
+    timers, walls, gather = LoopTimers(), [], [0.15, 0.0, 0.0]
+    for step in itertools.count(1):
+        if should_log(step):
+            time.sleep(gather[len(walls)])  # its values gathered (the first takes longest)
+            walls.append(timers.flush(0, should_log.last[1])["time/wall_s"])
+            if len(walls) == len(gather):
+                break
+        time.sleep(0.01)
+    assert all(wall >= 0.2 for wall in walls[1:]), walls

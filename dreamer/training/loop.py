@@ -166,7 +166,8 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
                     with timers.phase("log"):
                         if world.main and should_log(env_steps):
                             row = {"env_steps": env_steps, **rates(env_steps, learner.updates)}
-                            writer.write(env_steps, row | metrics(parts, losses, gc_stats, timers))
+                            values = metrics(parts, losses, gc_stats, timers, should_log.last[1])
+                            writer.write(env_steps, row | values)
                         if world.main and should_save(time.monotonic()):
                             save(env_steps)
                     stopping = stopping or (alone and bool(stop.received))
@@ -239,18 +240,21 @@ class RowClock:
 
     def __init__(self, every: int, seconds: float, end: int, start: int):
         self.aligned, self.seconds, self.end = Clock.aligned(every, start), seconds, end
-        self.last = (start, time.monotonic())  # env step and time of the last row
+        self.last = (start, time.perf_counter())  # env step and time of the last row
 
     def __call__(self, env_steps: int) -> bool:
-        overdue = time.monotonic() - self.last[1] >= self.seconds and env_steps > self.last[0]
+        now = time.perf_counter()
+        overdue = now - self.last[1] >= self.seconds and env_steps > self.last[0]
         if self.aligned(env_steps) or env_steps >= self.end or overdue:
-            self.last = (env_steps, time.monotonic())
+            self.last = (env_steps, now)  # the row's interval ends here (LoopTimers.flush)
             return True
         return False
 
 
-def metrics(parts, losses: IntervalMeans, gc_stats, timers: LoopTimers) -> dict:
-    """A metrics row's values besides the env step and the rates (docs/outputs.md)."""
+def metrics(parts, losses: IntervalMeans, gc_stats, timers: LoopTimers, at: float) -> dict:
+    """A metrics row's values besides the env step and the rates (docs/outputs.md); its
+    interval ends ``at`` (``time.perf_counter``), when the row was decided: the time its
+    values take to gather (a first row's timed full collection) is the next row's."""
     learner = parts.learner
     return {
         "updates": learner.updates,
@@ -261,7 +265,7 @@ def metrics(parts, losses: IntervalMeans, gc_stats, timers: LoopTimers) -> dict:
         **parts.episodes.flush(),
         **parts.relaunches.metrics(),
         **gc_stats.metrics(),
-        **timers.flush(learner.updates),
+        **timers.flush(learner.updates, at),
     }
 
 
