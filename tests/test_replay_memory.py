@@ -9,9 +9,6 @@ SCRIPT = """
 import re, sys, torch
 from tensordict import TensorDict
 from dreamer.data.replay import SequenceReplay
-from dreamer.runtime.malloc import keep_freed_memory
-
-keep_freed_memory()  # as the driver's learner does: what the replay frees is reused
 
 def rss_mb():
     status = open("/proc/self/status").read()

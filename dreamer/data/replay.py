@@ -52,7 +52,7 @@ from dreamer.data.replay_files import (
     tail_path,
     tail_rows,
 )
-from dreamer.data.replay_ram import SpareChunks, memory_limit
+from dreamer.data.replay_ram import SpareChunks, memory_limit, release_freed_memory
 from dreamer.data.replay_rows import (
     ACTION,
     ENV_INDEX,
@@ -284,6 +284,7 @@ class SequenceReplay:
             self.spare.keep(chunk)
             path = chunk_path(self.directory, stream, first)
             self.chunks[stream][first] = self._read(path, first, mapped=True)
+        release_freed_memory()  # once a chunk: what the chunk's writes freed
 
     def _evict(self, stream: int) -> None:
         """Drop the chunks the ring has passed (and their files: ``ReplayFiles.evicted``)."""

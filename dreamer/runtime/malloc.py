@@ -8,12 +8,6 @@ page-faulted ~56,000 times, ~12% of its time (0.466 -> 0.410 s per update in the
 high the update's blocks are reused from one update to the next; the process keeps its
 largest update's working set, which it needs again at the next update anyway.
 
-The one glibc setting of the process: the replay's freed chunks are reused from the
-same heap. A ``malloc_trim(0)`` after every replay chunk, kept beside it until
-2026-12-06, measured nothing (AMD EPYC Zen 4; ``experiment=dmc_proprio_cpu``, 3,500 env
-steps: 0.501 s per update and 796 MB private resident with it, 0.502 s and 795 MB
-without; 100k 64x64 frames into a disk replay: +72 MB with it, +84 MB without).
-
 Not the env workers or the inference process (other processes, small allocations);
 elsewhere than glibc, and where the user set glibc's ``MALLOC_MMAP_THRESHOLD_`` or
 ``MALLOC_TRIM_THRESHOLD_`` (or any ``GLIBC_TUNABLES``), nothing changes."""
