@@ -112,7 +112,9 @@ class MetricsWriter:
             key: (value if math.isfinite(value) else None) if isinstance(value, float) else value
             for key, value in metrics.items()
         }
-        clean["timestamp"] = time.time()  # the file's own: TensorBoard and trackers time theirs
+        # the file's own (TensorBoard and trackers time theirs): where the row gives none,
+        # the moment it is written; the loop gives the moment its interval ended
+        clean.setdefault("timestamp", time.time())
         try:
             self.file.write(json.dumps(clean, sort_keys=True) + "\n")
             self.file.flush()

@@ -21,7 +21,7 @@ LOGGED_AS = {  # the loss's diagnostics (torchrl's names) -> the key a run logs
 }
 
 TRAINING = {
-    "timestamp": "Unix seconds when the row was written",
+    "timestamp": "Unix seconds when the row's interval ended",
     "env_steps": "env steps collected so far (the unit of `run.steps`)",
     "updates": "learner updates so far",
     "env_steps_per_s": "env steps per wall second over the row's interval",

@@ -165,7 +165,8 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
                             evaluation(env_steps, policy)
                     with timers.phase("log"):
                         if world.main and should_log(env_steps):
-                            row = {"env_steps": env_steps, **rates(env_steps, learner.updates)}
+                            row = {"env_steps": env_steps, "timestamp": should_log.timestamp}
+                            row |= rates(env_steps, learner.updates)
                             values = metrics(parts, losses, gc_stats, timers, should_log.last[1])
                             writer.write(env_steps, row | values)
                         if world.main and should_save(time.monotonic()):
@@ -247,6 +248,7 @@ class RowClock:
         overdue = now - self.last[1] >= self.seconds and env_steps > self.last[0]
         if self.aligned(env_steps) or env_steps >= self.end or overdue:
             self.last = (env_steps, now)  # the row's interval ends here (LoopTimers.flush)
+            self.timestamp = time.time()  # and so its "timestamp"
             return True
         return False
 
