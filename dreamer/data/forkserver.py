@@ -14,7 +14,7 @@ import socket
 import sys
 import threading
 import traceback
-from multiprocessing import connection, forkserver, resource_tracker, util
+from multiprocessing import connection, forkserver, util
 
 from dreamer.envs import registry
 from dreamer.runtime import signals
@@ -79,14 +79,14 @@ def _fork_forkserver(preload: list[str]) -> None:
     """``multiprocessing.forkserver.ensure_running`` with ``os.fork`` of this process in
     place of a new interpreter: the same listener socket, "alive" pipe and
     ``forkserver.main`` loop, recorded in the same (private) fields of CPython's
-    ``ForkServer``, 3.11 and 3.12 alike. A no-op while one runs (a sweep's next job)."""
+    ``ForkServer``, 3.11 and 3.12 alike. A no-op while one runs (a sweep's next job).
+    Called inside ``children_keep_signals``, which starts the resource tracker first."""
     server = forkserver._forkserver
     with server._lock:
         if server._forkserver_pid is not None:
             if not os.waitpid(server._forkserver_pid, os.WNOHANG)[0]:
                 return
             os.close(server._forkserver_alive_fd)
-        resource_tracker.ensure_running()
         address = connection.arbitrary_address("AF_UNIX")
         with socket.socket(socket.AF_UNIX) as listener:
             listener.bind(address)

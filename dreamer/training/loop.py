@@ -242,6 +242,7 @@ class RowClock:
     def __init__(self, every: int, seconds: float, end: int, start: int):
         self.aligned, self.seconds, self.end = Clock.aligned(every, start), seconds, end
         self.last = (start, time.perf_counter())  # env step and time of the last row
+        self.timestamp = time.time()  # the last row's, in Unix seconds
 
     def __call__(self, env_steps: int) -> bool:
         now = time.perf_counter()
@@ -256,7 +257,7 @@ class RowClock:
 def metrics(parts, losses: IntervalMeans, gc_stats, timers: LoopTimers, at: float) -> dict:
     """A metrics row's values besides the env step and the rates (docs/outputs.md); its
     interval ends ``at`` (``time.perf_counter``), when the row was decided: the time its
-    values take to gather (a first row's timed full collection) is the next row's."""
+    values take to gather is the next row's."""
     learner = parts.learner
     return {
         "updates": learner.updates,
