@@ -52,7 +52,7 @@ from dreamer.data.replay_files import (
     tail_path,
     tail_rows,
 )
-from dreamer.data.replay_ram import SpareChunks, memory_limit, release_freed_memory
+from dreamer.data.replay_ram import SpareChunks, memory_limit
 from dreamer.data.replay_rows import (
     ACTION,
     ENV_INDEX,
@@ -64,6 +64,7 @@ from dreamer.data.replay_rows import (
 )
 from dreamer.errors import ConfigError
 from dreamer.runtime.checkpoint import CheckpointError
+from dreamer.runtime.malloc import release_freed_memory
 
 __all__ = [
     "ENV_INDEX",

@@ -1,10 +1,9 @@
-"""The replay's RAM: chunk buffers reused rather than freed, the heap's freed pages given
-back, and what the machine allows."""
+"""The replay's RAM: chunk buffers reused rather than freed, and what the machine allows
+(the heap's freed pages are given back by ``dreamer.runtime.malloc``)."""
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 from pathlib import Path
 
@@ -36,24 +35,6 @@ class SpareChunks:
             field.name: torch.zeros((rows, *field.stored_shape), dtype=field.stored_dtype)
             for field in fields
         }
-
-
-def release_freed_memory() -> None:
-    """Give the heap's free pages back to the OS (glibc's ``malloc_trim``). Chunk-sized
-    blocks freed between long-lived ones stay in glibc's heap, counted as resident: a
-    disk replay's resident memory grew with the data that way (by ~1 GB per 100k 64x64
-    frames in ``tests/test_replay_memory.py``), although nothing held them."""
-    global _TRIM
-    if _TRIM is None:
-        try:
-            _TRIM = ctypes.CDLL("libc.so.6").malloc_trim
-        except (OSError, AttributeError):  # not glibc
-            _TRIM = False
-    if _TRIM:
-        _TRIM(0)
-
-
-_TRIM = None
 
 
 def memory_limit() -> int:
