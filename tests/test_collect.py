@@ -216,3 +216,29 @@ def test_the_slot_layouts_are_those_torchrl_derives_itself(overrides):
     for bank in ("_request_slots", "_response_slots"):
         assert layout(getattr(ours, bank)) == layout(getattr(theirs, bank)), bank
     assert "pixels" in layout(ours._request_slots) or cfg.env.name != "crafter"
+
+
+def test_a_push_gives_the_served_policy_the_learners_weights_in_one_tensor():
+    """A weight push sends the acting policy's weights flat (one tensor per dtype: one
+    file descriptor through the driver's resource sharer, not one per tensor); the
+    served policy's ``load_policy_weights``, which torchrl's inference process calls,
+    puts every value back in its place. Another layout is refused, not half-applied."""
+    from tensordict import TensorDict
+
+    from dreamer import torchrl_compat as compat
+
+    cfg = load(["experiment=smoke", "env=cue"])
+    env = OmegaConf.to_container(cfg.env)
+    spaces = probe_env(env, 0, latent_sizes(cfg.model)).spaces
+    learner, served = (build_policy(cfg.model, spaces, seed, threads=1) for seed in (1, 2))
+    weights = TensorDict.from_module(learner).detach()
+    assert not (TensorDict.from_module(served) == weights).all()
+    pushed = compat.flat_weights(weights).share_memory_()
+    assert len(list(pushed.values(True, True))) == 1
+    served.load_policy_weights(pushed)
+    mine = TensorDict.from_module(served)
+    assert all(torch.equal(mine.get(name), weights.get(name)) for name in weights.keys(True, True))
+    bigger = load(["experiment=smoke", "env=cue", "model=size1m"])
+    other = build_policy(bigger.model, spaces, seed=3, threads=1)
+    with pytest.raises(RuntimeError):
+        other.load_policy_weights(pushed)

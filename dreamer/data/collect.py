@@ -59,7 +59,9 @@ def build_policy(model, spaces: EnvSpaces, seed: int, threads: int, device: str 
     torch.set_num_threads(threads)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return build_acting(model, spaces).to(device)
+        policy = build_acting(model, spaces).to(device)
+    policy.load_policy_weights = functools.partial(compat.load_policy_weights, policy)
+    return policy
 
 
 def forked_child(make, *args, **kwargs):
