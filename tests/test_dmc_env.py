@@ -200,6 +200,7 @@ def test_make_train_installs_the_extra_the_chosen_env_lacks_then_trains(tmp_path
     assert subprocess.run([python, "-c", "import dm_control"], capture_output=True).returncode
     short = "model=tiny run.envs=2 run.steps=64 run.train_starts=48 run.log_every=32 env.length=32"
     short += " replay.batch=2 replay.length=8 collector.chunk=16 eval.every=0 run.progress=false"
+    short += " learner.compile=false"  # the preset compiles: ~30 s cold, test_compile's subject
     logdir = tmp_path / "run"
     args = f"ARGS=experiment=dmc_proprio_cpu {short} run.logdir={logdir}"
     make = ["make", "-s", "-f", str(ROOT / "Makefile"), "-o", ".venv/.installed", "train"]
