@@ -25,6 +25,7 @@ from tests.runs import (
     all_gone,
     descendants,
     ignores_usr1,
+    parent,
     read_metrics,
     wait_until,
 )
@@ -91,8 +92,12 @@ def test_children_die_and_the_run_goes_on(tmp_path):
     logdir = tmp_path / "run"
     # in a session of its own, USR1 ignored, as slurm/node.sh starts it
     run = Trainer(logdir, *RUN, log=tmp_path / "run.log", session=True, ignore_usr1=True)
-    # a render worker (started with the first evaluation), killed: a new pool
-    os.kill(int(run.wait_for(r"render worker pids: (\d+)")), signal.SIGKILL)
+    # a render worker (started with the first evaluation), forked from the run's
+    # forkserver as the env workers are (not a new interpreter), killed: a new pool
+    render = int(run.wait_for(r"render worker pids: (\d+)"))
+    forkserver = parent(int(run.wait_for(r"env worker pids: (\d+)")))
+    assert parent(render) == forkserver != run.pid
+    os.kill(render, signal.SIGKILL)
     # the inference server, killed: a new collector with a new server
     os.kill(int(run.wait_for(r"inference server pid: (\d+)")), signal.SIGKILL)
     run.wait_for(r"inference server pid: (\d+)", 2)

@@ -1,7 +1,8 @@
-"""The forkserver the collector's env workers, its inference process and the evaluation
-process are forked from: what it imports before forking (``forkserver_preload``), the
-env's check at launch (``check_env``), and the forkserver's start (``start_forkserver``),
-forked from the driver once the driver has imported torch, torchrl and the collector.
+"""The forkserver the collector's env workers, its inference process, the evaluation
+process and the render workers are forked from: what it imports before forking
+(``forkserver_preload``), the env's check at launch (``check_env``), and the
+forkserver's start (``start_forkserver``), forked from the driver once the driver has
+imported torch, torchrl and the collector.
 """
 
 from __future__ import annotations
@@ -75,6 +76,17 @@ def start_forkserver(cfg) -> None:
         _fork_forkserver(forkserver_preload(cfg.env.name))
 
 
+def serving() -> bool:
+    """Whether the run's forkserver (``start_forkserver``) serves this process: it dies
+    with the run, and its children with it. A forkserver multiprocessing starts itself
+    lives on while its children hold its pipe: a killed owner's would not end them."""
+    pid = forkserver._forkserver._forkserver_pid
+    return pid is not None and pid == _forked.get("pid")
+
+
+_forked: dict[str, int] = {}  # the pid of the forkserver this process forked
+
+
 def _fork_forkserver(preload: list[str]) -> None:
     """``multiprocessing.forkserver.ensure_running`` with ``os.fork`` of this process in
     place of a new interpreter: the same listener socket, "alive" pipe and
@@ -101,7 +113,7 @@ def _fork_forkserver(preload: list[str]) -> None:
             os.close(alive_r)
         server._forkserver_address = address
         server._forkserver_alive_fd = alive_w
-        server._forkserver_pid = pid
+        server._forkserver_pid = _forked["pid"] = pid
 
 
 def _serve(listener_fd: int, alive_r: int, alive_w: int, preload: list[str]) -> None:
