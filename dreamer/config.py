@@ -19,7 +19,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from dreamer.envs import registry
-from dreamer.envs.registry import EnvSettings
+from dreamer.envs.settings import EnvSettings
 from dreamer.errors import ConfigError, did_you_mean
 from dreamer.schema import TRISTATE
 from dreamer.schema import f as _f

@@ -169,3 +169,16 @@ def test_help_and_a_refused_command_line_answer_without_torch(argv, code, first)
     assert (done.stdout + done.stderr).startswith(first), done.stderr[-2000:]
     if code:
         assert done.stderr.count("\n") == 1 and done.stdout == ""
+
+
+def test_help_imports_no_env_package():
+    """``--help`` lists every env kind's keys from ``dreamer/envs/settings.py``: it
+    imported gymnasium and Crafter for them (~0.3 s of a ~0.6 s answer)."""
+    unimportable = ["gymnasium", "crafter", "ale_py", "dm_control", "mujoco", "minedojo"]
+    script = WITHOUT_TORCH.replace('"tensordict"]', f'"tensordict", *{unimportable}]')
+    done = subprocess.run(
+        [sys.executable, "-c", script, "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("usage: python -m dreamer.train")
+    assert "env.game=pong" in done.stdout and "env.task=harvest_milk" in done.stdout

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 import dreamer
 from dreamer.config import CONF_DIR
 from dreamer.envs import registry
-from dreamer.envs.registry import EnvSettings
+from dreamer.envs.settings import EnvSettings
 
 PACKAGE = Path(dreamer.__file__).parent
 
@@ -23,9 +23,9 @@ def test_every_kind_has_a_yaml_a_settings_class_and_a_maker_and_nothing_else_doe
     assert set(yamls) == set(registry.KINDS)
     for name, preset in yamls.items():
         assert preset.name == name
-        module = registry.kind(name).adapter
-        assert issubclass(module.Settings, EnvSettings) and callable(module.make)
-        keys = {item.name for item in dataclasses.fields(module.Settings)}
+        kind = registry.kind(name)
+        assert issubclass(kind.settings, EnvSettings) and callable(kind.adapter.make)
+        keys = {item.name for item in dataclasses.fields(kind.settings)}
         assert set(preset) <= keys, f"conf/env/{name}.yaml: {set(preset) - keys}"
 
 

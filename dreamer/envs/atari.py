@@ -10,14 +10,10 @@ over the last ``env.pooling`` frames, ``env.sticky`` (repeat-action probability 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import gymnasium
 
-from dreamer.envs.registry import EnvSettings
 from dreamer.envs.wrappers import ActionRepeat, ImageObservation, NoopStart
 from dreamer.errors import ConfigError
-from dreamer.schema import f
 
 MAX_FRAMES = 108_000  # 30 minutes of play, the official length
 
@@ -77,32 +73,6 @@ def make(env, seed: int) -> gymnasium.Env:
     # one key name whatever the channels (torchrl would say "pixels" or "observation")
     named = gymnasium.spaces.Dict({"image": wrapped.observation_space})
     return gymnasium.wrappers.TransformObservation(wrapped, lambda obs: {"image": obs}, named)
-
-
-@dataclass
-class Settings(EnvSettings):
-    """``env=atari``'s keys; the defaults are the official ``configs.yaml``'s ``env.atari``
-    (the 200M-frame protocol: 96 x 96 gray frames, sticky actions, 30 no-ops, max over 2
-    frames). ``experiment=atari100k`` sets ``env.atari100k``'s instead."""
-
-    game: str = f("pong")
-    """an ale-py ROM name: pong, ms_pacman, ... (official: atari_pong)"""
-    size: int = f(96, ">= 16")
-    """image side (official env.atari.size: [96, 96])"""
-    gray: bool = f(True)
-    """one channel (official env.atari.gray: True)"""
-    repeat: int = f(4, ">= 1")
-    """frames per action (official env.atari.repeat: 4)"""
-    sticky: bool = f(True)
-    """repeat the previous action with probability 0.25 (official env.atari.sticky)"""
-    noops: int = f(30, ">= 0")
-    """up to this many random no-op frames after a reset (official env.atari.noops)"""
-    lives: str = f("unused", choices=("unused", "reset"))
-    """reset: a lost life ends the episode (official env.atari.lives: unused)"""
-    pooling: int = f(2, ">= 1")
-    """max over the last this many frames of a repeat (official env.atari.pooling)"""
-    actions: str = f("all", choices=("all", "minimal"))
-    """all 18 actions or the game's minimal set (official env.atari.actions: all)"""
 
 
 def check(env) -> None:

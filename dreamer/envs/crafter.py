@@ -12,16 +12,12 @@ deterministic given the last seed (constructor or reset).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import crafter
 import gymnasium
 import numpy as np
 from gymnasium import spaces
-
-from dreamer.envs.registry import EnvSettings
-from dreamer.schema import f
 
 ACHIEVEMENTS: tuple[str, ...] = tuple(sorted(crafter.constants.achievements))
 ACTIONS: tuple[str, ...] = tuple(crafter.constants.actions)
@@ -99,12 +95,6 @@ class CrafterEnv(gymnasium.Env):
 
     def render(self) -> np.ndarray | None:
         return None if self._last_obs is None else self._last_obs.copy()
-
-
-@dataclass
-class Settings(EnvSettings):
-    size: int = f(64, ">= 16")
-    """image side"""
 
 
 def make(env, seed: int) -> CrafterEnv:

@@ -14,13 +14,8 @@ the world model must read it through the CNN encoder.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import gymnasium as gym
 import numpy as np
-
-from dreamer.envs.registry import EnvSettings
-from dreamer.schema import f
 
 
 class CueEnv(gym.Env):
@@ -61,17 +56,6 @@ class CueEnv(gym.Env):
         self._steps += 1
         truncated = self._steps >= self.length
         return self._observe(), reward, False, truncated, {}
-
-
-@dataclass
-class Settings(EnvSettings):
-    cues: int = f(4, ">= 2")
-    """cues the task draws from (and actions): reward 1 when the action names the cue
-    shown"""
-    pixels: bool = f(False)
-    """the cue as an image instead of a one-hot vector"""
-    size: int = f(64, ">= 16")
-    """image side (with pixels)"""
 
 
 def make(env, seed: int) -> CueEnv:

@@ -16,15 +16,12 @@ import ctypes.util
 import os
 import re
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 
 import gymnasium
 import numpy as np
 
-from dreamer.envs.registry import EnvSettings
 from dreamer.errors import ConfigError
-from dreamer.schema import f
 
 CAMERAS = {"quadruped": 2}  # the official DMC env's DEFAULT_CAMERAS; every other domain: 0
 ALIASES = {"cup": "ball_in_cup"}  # official task names use the short domain
@@ -167,18 +164,6 @@ class DMCEnv(gymnasium.Env):
         # render executor thread
         self._env.physics.free()
         self._env.close()
-
-
-@dataclass
-class Settings(EnvSettings):
-    task: str = f("walker_walk")
-    """<domain>_<task>, e.g. cartpole_balance"""
-    obs: str = f("proprio", choices=("proprio", "vision", "both"))
-    """what the agent sees: the proprioceptive vector, rendered frames, or both"""
-    size: int = f(64, ">= 16")
-    """image side (vision)"""
-    repeat: int = f(1, ">= 1")
-    """action repeat (simulator steps per agent step)"""
 
 
 def make(env, seed: int) -> DMCEnv:

@@ -7,31 +7,12 @@ from __future__ import annotations
 
 import importlib
 import sys
-from dataclasses import dataclass
-from typing import Any
 
 import gymnasium
 from omegaconf import OmegaConf
 
-from dreamer.envs.registry import EnvSettings
 from dreamer.errors import ConfigError, did_you_mean
-from dreamer.schema import f, installed, mapping, pip_install
-
-
-@dataclass
-class Settings(EnvSettings):
-    id: str = f()
-    """a registered gymnasium id, or package.module:Id-v0 (imported first)"""
-    kwargs: dict[str, Any] = mapping()
-    """keyword arguments of gymnasium.make"""
-    size: int = f(0, ">= 0")
-    """resize image observations to size x size; 0 = keep"""
-    gray: bool = f(False)
-    """gray images (one channel)"""
-    repeat: int = f(1, ">= 1")
-    """action repeat"""
-    pixels: bool = f(False)
-    """render the env to frames (its observations become images)"""
+from dreamer.schema import installed, pip_install
 
 
 def make(env, seed: int) -> gymnasium.Env:

@@ -32,10 +32,8 @@ from filelock import FileLock, Timeout
 from gymnasium import spaces
 
 from dreamer.agent.layout import Head
-from dreamer.envs.registry import EnvSettings
 from dreamer.envs.restarts import EnvFatalError
 from dreamer.errors import ConfigError
-from dreamer.schema import f
 
 log = logging.getLogger(__name__)
 
@@ -425,29 +423,3 @@ def make(env, seed: int) -> MineDojoEnv:
         launch_lock=env.get("launch_lock"),
         launch_timeout=env["launch_timeout"],
     )
-
-
-@dataclass
-class Settings(EnvSettings):
-    task: str = f("harvest_milk")
-    """a MineDojo task id"""
-    image_size: int = f(64, ">= 16")
-    """side of the POV image"""
-    world_seed: int = f(0)
-    """seed of the Minecraft world"""
-    break_speed: float = f(100.0, "> 0")
-    """MineDojo's break_speed_multiplier"""
-    sticky_attack: int = f(30, ">= 0")
-    """steps an attack keeps going"""
-    sticky_jump: int = f(10, ">= 0")
-    """steps a jump keeps going"""
-    pitch_limit: float = f(60.0, "(0, 90]")
-    """camera pitch kept within +- this many degrees"""
-    max_steps: int = f(3000, ">= 0")
-    """episode cap, ends as a truncation; 0 = none"""
-    fast_reset: bool = f(True)
-    """MineDojo's fast reset (the world is kept, the agent respawned)"""
-    milestone_reward: bool = f(False)
-    """+1 the first time each item is obtained"""
-    launch_timeout: float = f(600.0, "> 0")
-    """seconds to wait for the launch lock"""

@@ -1,10 +1,10 @@
 """Every env kind in one table: ``env=<name>`` (``conf/env/<name>.yaml``) picks a row.
 
-A kind's module holds ``Settings`` (its ``env.*`` keys: a dataclass extending
-``EnvSettings``), ``make(env, seed)`` (the gymnasium env; called again to recreate a
-failed one) and, where it has them, ``check(env)`` (what the machine must offer: one
-``ConfigError`` line) and ``ACHIEVEMENTS``. Adding an env is one module, one row here
-and one YAML.
+A kind's ``env.*`` keys are a dataclass in ``dreamer/envs/settings.py``, read without
+the env's packages (``--help``, a refused override); its module holds ``make(env, seed)``
+(the gymnasium env; called again to recreate a failed one) and, where it has them,
+``check(env)`` (what the machine must offer: one ``ConfigError`` line) and
+``ACHIEVEMENTS``. Adding an env is one module, its keys, one row here and one YAML.
 """
 
 from __future__ import annotations
@@ -17,29 +17,20 @@ import sys
 from dataclasses import dataclass
 from types import ModuleType
 
+from dreamer.envs import settings as keys
+from dreamer.envs.settings import EnvSettings
 from dreamer.errors import ConfigError
-from dreamer.schema import f, installed, pip_install
+from dreamer.schema import installed, pip_install
 
 # set by make's train, smoke and resume: the extra a chosen env needs is installed first
 INSTALL_EXTRAS = "DREAMER_INSTALL_EXTRAS"
 DISTRIBUTION = "dreamer-torchrl"  # pyproject.toml's name (PyPI's "dreamer" is another)
 
 
-@dataclass
-class EnvSettings:
-    """The keys every env has."""
-
-    name: str = f()
-    """the env kind (set by env=)"""
-    length: int = f(check=">= 0")
-    """episode step cap (a truncation); 0 = the env's own limit"""
-    reward_scale: float = f(1.0, "> 0")
-    """factor on every reward the env gives (torchrl's RewardScaling)"""
-
-
 @dataclass(frozen=True)
 class EnvKind:
     module: str  # dreamer.envs.<module>
+    settings: type = EnvSettings  # its env.* keys (dreamer/envs/settings.py)
     package: str | None = None  # the import its extra provides
     # what its envs import when built, preloaded by the env workers' forkserver so they
     # share it rather than each holding a copy (dm_control.suite: scipy, lxml, ...)
@@ -53,7 +44,7 @@ class EnvKind:
 
     @property
     def adapter(self) -> ModuleType:
-        """Its module: ``Settings`` (its env.* keys), ``make`` (one env), optionally
+        """Its module: ``make`` (one env), optionally
         ``check`` (what its package must have) and ``ACHIEVEMENTS``."""
         return importlib.import_module(self.module)
 
@@ -97,12 +88,13 @@ class EnvKind:
 
 
 KINDS = {
-    "crafter": EnvKind("dreamer.envs.crafter"),
-    "cue": EnvKind("dreamer.envs.cue"),
-    "cartpole": EnvKind("dreamer.envs.gymnasium_ids", caps_episodes=True),
-    "gym": EnvKind("dreamer.envs.gymnasium_ids", caps_episodes=True, label="id"),
+    "crafter": EnvKind("dreamer.envs.crafter", keys.CrafterSettings),
+    "cue": EnvKind("dreamer.envs.cue", keys.CueSettings),
+    "cartpole": EnvKind("dreamer.envs.gymnasium_ids", keys.GymSettings, caps_episodes=True),
+    "gym": EnvKind("dreamer.envs.gymnasium_ids", keys.GymSettings, caps_episodes=True, label="id"),
     "dmc": EnvKind(
         "dreamer.envs.dmc",
+        keys.DmcSettings,
         package="dm_control",
         preload="dm_control.suite",
         extra="dmc",
@@ -110,6 +102,7 @@ KINDS = {
     ),
     "atari": EnvKind(
         "dreamer.envs.atari",
+        keys.AtariSettings,
         package="ale_py",
         preload="PIL.Image",  # the frames' resize (dreamer.envs.wrappers)
         extra="atari",
@@ -117,6 +110,7 @@ KINDS = {
     ),
     "minedojo": EnvKind(
         "dreamer.envs.minedojo",
+        keys.MinedojoSettings,
         package="minedojo",
         extra="minedojo",
         install_note=(
@@ -136,7 +130,7 @@ def kind(name: str) -> EnvKind:
 
 def settings(name: str) -> type:
     """The dataclass of ``env=<name>``'s keys."""
-    return kind(name).adapter.Settings
+    return kind(name).settings
 
 
 def label(env) -> str:
