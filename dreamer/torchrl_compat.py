@@ -121,18 +121,21 @@ def load_policy_weights(model: torch.nn.Module, weights: TensorDictBase) -> None
         WeightStrategy(extract_as="tensordict").apply_weights(model, weights.to(device))
         return
     mine = TensorDict.from_module(model)
-    offsets: dict[str, int] = {}
+    names = sorted(mine.keys(True, True))
+    sizes: dict[str, int] = {}
+    for name in names:
+        dtype = str(mine.get(name).dtype)
+        sizes[dtype] = sizes.get(dtype, 0) + mine.get(name).numel()
+    pushed = {dtype: weights.get((FLAT, dtype)).numel() for dtype in weights.get(FLAT).keys()}
+    if pushed != sizes:
+        raise RuntimeError(f"a weight push of another layout ({pushed}, not {sizes})")
+    offsets = dict.fromkeys(sizes, 0)
     with torch.no_grad():
-        for name in sorted(mine.keys(True, True)):
+        for name in names:
             target = mine.get(name)
-            dtype = str(target.dtype)
-            start = offsets.get(dtype, 0)
+            dtype, start = str(target.dtype), offsets[str(target.dtype)]
             offsets[dtype] = start + target.numel()
-            source = weights.get((FLAT, dtype))[start : offsets[dtype]]
-            target.copy_(source.view_as(target))
-    for dtype, end in offsets.items():
-        if weights.get((FLAT, dtype)).numel() != end:
-            raise RuntimeError(f"a weight push of another layout ({dtype}: not {end} numbers)")
+            target.copy_(weights.get((FLAT, dtype))[start : offsets[dtype]].view_as(target))
 
 
 def share_pending_weights(collector) -> None:

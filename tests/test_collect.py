@@ -240,5 +240,7 @@ def test_a_push_gives_the_served_policy_the_learners_weights_in_one_tensor():
     assert all(torch.equal(mine.get(name), weights.get(name)) for name in weights.keys(True, True))
     bigger = load(["experiment=smoke", "env=cue", "model=size1m"])
     other = build_policy(bigger.model, spaces, seed=3, threads=1)
-    with pytest.raises(RuntimeError):
+    before = TensorDict.from_module(other).clone()
+    with pytest.raises(RuntimeError, match="another layout"):
         other.load_policy_weights(pushed)
+    assert (TensorDict.from_module(other) == before).all()
