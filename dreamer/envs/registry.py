@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from dreamer.envs import settings as keys
-from dreamer.envs.settings import EnvSettings
 from dreamer.errors import ConfigError
 from dreamer.schema import installed, pip_install
 
@@ -30,7 +29,7 @@ DISTRIBUTION = "dreamer-torchrl"  # pyproject.toml's name (PyPI's "dreamer" is a
 @dataclass(frozen=True)
 class EnvKind:
     module: str  # dreamer.envs.<module>
-    settings: type = EnvSettings  # its env.* keys (dreamer/envs/settings.py)
+    settings: type  # its env.* keys: a dataclass over EnvSettings (dreamer/envs/settings.py)
     package: str | None = None  # the import its extra provides
     # what its envs import when built, preloaded by the env workers' forkserver so they
     # share it rather than each holding a copy (dm_control.suite: scipy, lxml, ...)

@@ -49,14 +49,13 @@ class LoopTimers:
                 self.add(phase, time.perf_counter() - started)
             yield item
 
-    def flush(self, updates: int, now: float | None = None) -> dict[str, float]:
+    def flush(self, updates: int, now: float) -> dict[str, float]:
         """``time/<phase>_s`` of the interval since the last flush, and its wall time
         ``time/wall_s`` (what no phase covers is the driver's own work). With updates in
         the interval (``updates``: the learner's count now), ``time/s_per_update``: wall
         seconds per update in the loop, beside ``time/update_s_per_update``: the
         update's own seconds; their ratio is what the loop costs the update. The interval
-        ends ``now`` (``time.perf_counter``; default: at this call)."""
-        now = time.perf_counter() if now is None else now
+        ends ``now`` (``time.perf_counter``: when the row was decided)."""
         metrics = {f"time/{name}_s": seconds for name, seconds in self.interval.items()}
         metrics["time/wall_s"] = now - self.flushed
         if (done := updates - self.updates) > 0:
