@@ -201,6 +201,8 @@ def resumed(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     caller checks the result for its world (``command_line.validated``)."""
     if not (cfg.run.logdir or cfg.run.resume == "latest"):
         return cfg
+    if cfg.run.resume != "latest" and not (Path(cfg.run.logdir) / SAVED_CONFIG).is_file():
+        return cfg  # a new run in a named folder: no second composition (the defaults')
     typed = typed_keys(cfg, overrides, load([], check=False))
     logdir = resolved_logdir(cfg, typed)
     if not (logdir / SAVED_CONFIG).is_file():
