@@ -3,7 +3,6 @@
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -12,14 +11,11 @@ import pytest
 import torch
 
 from dreamer.outputs.logs import MetricsWriter
-from dreamer.runtime import checkpoint, signals
+from dreamer.runtime import checkpoint
 from dreamer.runtime.lock import RunLock, RunLockedError
 from dreamer.serving.policy import Policy
 from tests.runs import (
     QUICK,
-    Trainer,
-    all_gone,
-    descendants,
     flip_a_tensor_byte,
     forked_runs,
     read_metrics,
@@ -85,25 +81,6 @@ def test_lock_of_a_killed_process_does_not_block_the_next_run(tmp_path):
     assert (logdir / "run.lock.owner").exists(), "the killed holder left its files behind"
     with RunLock(logdir):
         pass
-
-
-@pytest.mark.slow
-def test_sigusr1_checkpoints_exits_with_requeue_code_and_leaves_no_children(tmp_path):
-    logdir = tmp_path / "run"
-    trainer = Trainer(logdir, *FAST, "run.steps=100000", log=tmp_path / "run.log")
-    trainer.wait_rows(3)
-    children = descendants(trainer.pid)
-    assert len(children) >= 3, "expected env workers and an inference process"
-    trainer.process.send_signal(signal.SIGUSR1)
-    assert trainer.wait(120) == signals.REQUEUE_EXIT, trainer.tail(3000)
-    stopped_at = checkpoint.load(checkpoint.latest(logdir))["steps"]["env_steps"]
-    assert stopped_at >= read_metrics(logdir)[-1]["env_steps"] > 0
-    assert all_gone(children, timeout=5) == [], "orphaned child processes"
-    resumed = train(logdir, f"run.steps={stopped_at + 200}")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"at env step {stopped_at}" in resumed.stderr
-    steps = [row["env_steps"] for row in read_metrics(logdir)]
-    assert steps == sorted(set(steps)) and steps[-1] == stopped_at + 200
 
 
 def test_metrics_past_the_checkpoint_and_torn_lines_are_dropped(tmp_path):

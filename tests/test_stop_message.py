@@ -6,29 +6,77 @@ import os
 import pty
 import select
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 from dreamer.runtime import checkpoint, signals
-from tests.runs import QUICK, ROOT, UNTIL_STOPPED, Trainer, read_metrics, run_module
+from tests.runs import (
+    QUICK,
+    ROOT,
+    UNTIL_STOPPED,
+    Trainer,
+    all_gone,
+    descendants,
+    read_metrics,
+    run_module,
+)
+
+
+@pytest.fixture(scope="module")
+def preempted(tmp_path_factory):
+    """A run stopped by SIGUSR1 (a SLURM preemption; SIGTERM takes the same handler)
+    past its third metrics row: its folder, exit code, log, the processes it had below it
+    and a copy of its folder taken at the stop (``as_stopped``), for the tests that resume
+    it another way than its own folder's test does."""
+    base = tmp_path_factory.mktemp("preempted")
+    logdir = base / "run"
+    trainer = Trainer(logdir, *QUICK, UNTIL_STOPPED, log=base / "run.log")
+    trainer.wait_rows(3)
+    children = descendants(trainer.pid)
+    trainer.process.send_signal(signal.SIGUSR1)
+    code = trainer.wait(300)
+    shutil.copytree(logdir, base / "as_stopped")
+    return Preempted(logdir, code, trainer.text(), children, base / "as_stopped")
+
+
+class Preempted(NamedTuple):
+    logdir: Path
+    code: int
+    text: str
+    children: set[int]
+    as_stopped: Path
+
+    def stopped_at(self) -> int:
+        return checkpoint.saved_steps(self.as_stopped)[-1]
 
 
 @pytest.mark.slow
-def test_sigterm_ends_with_the_command_that_resumes_the_run(tmp_path):
-    logdir = tmp_path / "run"
-    trainer = Trainer(logdir, *QUICK, UNTIL_STOPPED, log=tmp_path / "run.log")
-    trainer.wait_rows()
-    trainer.process.send_signal(signal.SIGTERM)
-    assert trainer.wait(300) == signals.REQUEUE_EXIT, trainer.tail()
-    assert_quiet(trainer.text())
-    last = trainer.text().strip().splitlines()[-1]
+def test_a_preempted_run_checkpoints_exits_for_a_requeue_and_leaves_no_process(preempted):
+    assert preempted.code == signals.REQUEUE_EXIT, preempted.text[-3000:]
+    assert_quiet(preempted.text)
+    assert len(preempted.children) >= 3, "expected env workers and an inference process"
+    assert all_gone(preempted.children, timeout=5) == [], "orphaned child processes"
+    state = checkpoint.load(checkpoint.latest(preempted.as_stopped))
+    last_row = read_metrics(preempted.as_stopped)[-1]["env_steps"]
+    assert state["steps"]["env_steps"] >= last_row > 0  # the stop checkpointed its last steps
+
+
+@pytest.mark.slow
+def test_a_stopped_run_ends_with_the_command_that_resumes_it(preempted, tmp_path):
+    """The last line is the run's own command line with ``run.logdir`` its folder; that
+    command, pasted to a near end in a shell whose PATH has no venv and another working
+    directory, resumes the same folder where the run stopped."""
+    logdir = preempted.logdir
+    last = preempted.text.strip().splitlines()[-1]
     prefix = "resume it with: "
-    assert prefix in last, trainer.tail()
+    assert prefix in last, preempted.text[-3000:]
     command = shlex.split(last.split(prefix, 1)[1])
     assert command[:3] == [sys.executable, "-m", "dreamer.train"]
     assert f"run.logdir={logdir.resolve()}" in command
@@ -37,9 +85,7 @@ def test_sigterm_ends_with_the_command_that_resumes_the_run(tmp_path):
         UNTIL_STOPPED,
         "run.progress=false",
     ]
-    stopped_at = read_metrics(logdir)[-1]["env_steps"]
-    # the printed command, to a near end, in a shell whose PATH has no venv and another
-    # working directory: it resumes the same run directory
+    stopped_at = preempted.stopped_at()
     dropped = ("run.steps=", "run.progress=")
     pasted = [a for a in command if not a.startswith(dropped)]
     pasted += [f"run.steps={stopped_at + 200}", "run.progress=false"]
@@ -55,8 +101,11 @@ def test_sigterm_ends_with_the_command_that_resumes_the_run(tmp_path):
         timeout=600,
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resuming from" in resumed.stdout + resumed.stderr
-    assert read_metrics(logdir)[-1]["env_steps"] == stopped_at + 200
+    assert f"resuming from checkpoint-{stopped_at:012d}.pt at env step {stopped_at}" in (
+        resumed.stdout + resumed.stderr
+    )
+    steps = [row["env_steps"] for row in read_metrics(logdir)]
+    assert steps == sorted(set(steps)) and steps[-1] == stopped_at + 200, steps
 
 
 def assert_quiet(text: str) -> None:
@@ -217,16 +266,14 @@ def test_an_ignored_ctrl_c_stays_ignored_around_an_update(sigint):
 
 
 @pytest.mark.slow
-def test_resume_latest_continues_the_newest_unfinished_run_without_its_path(tmp_path):
+def test_resume_latest_continues_the_newest_unfinished_run_without_its_path(preempted, tmp_path):
     """``run.resume=latest`` (``make resume``) in the folder a default run wrote to: the
     newest run of the env whose checkpoint is short of ``run.steps`` resumes, a newer
     finished one is passed over, and no new run directory is made."""
     runs = tmp_path / "runs" / "cue"
     stopped = runs / "20260101-000000"
-    trainer = Trainer(stopped, *QUICK, UNTIL_STOPPED, log=tmp_path / "run.log")
-    trainer.wait_rows()
-    assert trainer.stop() == signals.REQUEUE_EXIT, trainer.tail()
-    at = read_metrics(stopped)[-1]["env_steps"]
+    shutil.copytree(preempted.as_stopped, stopped)  # a preempted run of cue
+    at = preempted.stopped_at()
     finished = runs / "20260102-000000" / "checkpoints"
     finished.mkdir(parents=True)
     (finished / "checkpoint-999999999999.pt").write_bytes(b"")  # its name says: done
@@ -240,7 +287,7 @@ def test_resume_latest_continues_the_newest_unfinished_run_without_its_path(tmp_
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "resuming from" in done.stderr
+    assert f"resuming from checkpoint-{at:012d}.pt" in done.stderr
     assert read_metrics(stopped)[-1]["env_steps"] == at + 200
     assert sorted(p.name for p in runs.iterdir()) == ["20260101-000000", "20260102-000000"]
     nothing = run_module(
