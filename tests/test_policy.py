@@ -24,7 +24,7 @@ from dreamer.command_line import load
 from dreamer.envs.make import describe_env, env_config, make_env
 from dreamer.export import main as export_main
 from dreamer.runtime import checkpoint
-from tests.runs import run_trainer
+from tests.runs import forked_runs, run_trainer
 
 STANDINS = Path(__file__).resolve().parent / "standins"
 README = Path(__file__).resolve().parent.parent / "docs" / "policy.md"
@@ -319,18 +319,20 @@ def test_bad_checkpoint_paths_are_one_line_errors(tmp_path):
     torch.save({"weights": torch.zeros(2)}, tmp_path / "other.pt")
     with pytest.raises(checkpoint.CheckpointError, match="not a dreamer checkpoint"):
         Policy.load(tmp_path / "other.pt")
-    for args, named in (
+    refusals = [
         ([f"run.logdir={tmp_path / 'missing'}"], "no such checkpoint"),
         ([f"run.logdir={tmp_path}", f"export.checkpoint={junk}"], "not a readable checkpoint"),
         (
             [f"run.logdir={tmp_path}", "export.format=onnx"],
             "export.format: not a key of this command",
         ),
-    ):
-        result = subprocess.run(
-            [sys.executable, "-m", "dreamer.export", *args], capture_output=True, text=True
-        )
-        assert result.returncode == 2
+    ]
+    out = tmp_path / "out"
+    out.mkdir()
+    # each a process of its own, forked from one interpreter that imported the command
+    rows = [(args, []) for args, _ in refusals]
+    for result, (_, named) in zip(forked_runs("dreamer.export:main", rows, out), refusals):
+        assert result.returncode == 2, result.stderr[-2000:]
         assert len(result.stderr.strip().splitlines()) == 1 and named in result.stderr
 
 
@@ -376,7 +378,7 @@ def test_warm_start_takes_the_chosen_parts_and_starts_empty(cartpole_run, tmp_pa
 def test_warm_start_refuses_another_layout_or_a_non_checkpoint(cartpole_run, tmp_path):
     junk = tmp_path / "junk.pt"
     junk.write_bytes(b"\x00" * 64)
-    refusals = [  # started together: each is mostly interpreter start-up
+    refusals = [
         (
             ["env=gym", "env.id=Pendulum-v1"],
             "observation 'observation': vector (4,) vs vector (3,)",
@@ -384,17 +386,20 @@ def test_warm_start_refuses_another_layout_or_a_non_checkpoint(cartpole_run, tmp
         (["env=cartpole", "model.deter=128"], "model.deter 64 there, 128 here"),
         (["env=cartpole", f"run.from_checkpoint={junk}"], "not a readable checkpoint"),
     ]
-    started = []
+    rows, folders = [], []
     for index, (overrides, _) in enumerate(refusals):
         logdir = tmp_path / f"refused{index}"
-        command = [sys.executable, "-m", "dreamer.train", "experiment=smoke", *overrides]
+        argv = ["experiment=smoke", *overrides]
         if not any(o.startswith("run.from_checkpoint=") for o in overrides):
-            command.append(f"run.from_checkpoint={cartpole_run}")
-        command += [f"run.logdir={logdir}", "run.progress=false"]
-        started.append((logdir, subprocess.Popen(command, stderr=subprocess.PIPE, text=True)))
-    for (logdir, process), (_, named) in zip(started, refusals):
-        _, stderr = process.communicate(timeout=300)
-        assert process.returncode == 2, stderr[-2000:]
-        last = stderr.strip().splitlines()[-1]
+            argv.append(f"run.from_checkpoint={cartpole_run}")
+        rows.append(([*argv, f"run.logdir={logdir}", "run.progress=false"], []))
+        folders.append(logdir)
+    out = tmp_path / "out"
+    out.mkdir()
+    # each a process of its own, forked from one interpreter that imported the trainer
+    done = forked_runs("dreamer.train:main", rows, out)
+    for logdir, result, (_, named) in zip(folders, done, refusals):
+        assert result.returncode == 2, result.stderr[-2000:]
+        last = result.stderr.strip().splitlines()[-1]
         assert last.startswith("error: run.from_checkpoint:") and named in last, last
         assert not logdir.exists()
