@@ -17,15 +17,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from dreamer.agent.build import build_agent
 from dreamer.command_line import check_value, parse_args
-from dreamer.data.replay import SequenceReplay, action_heads
-from dreamer.envs.make import describe_env, env_config
 from dreamer.errors import ConfigError
-from dreamer.evaluation.render import RenderPool, pool_size
-from dreamer.evaluation.reports import report_folder, submit_reports
-from dreamer.evaluation.runner import EvalResult, EvalRunner
-from dreamer.runtime import checkpoint
+from dreamer.runtime import rotation
 from dreamer.training.resume import saved
 
 USAGE = (
@@ -43,11 +37,21 @@ OVERRIDABLE = (
 )
 
 
-def evaluate(logdir: Path, reports: bool = False, pool=None, **eval_overrides) -> EvalResult:
+def evaluate(logdir: Path, reports: bool = False, pool=None, **eval_overrides):
     """Greedy episodes of the run's checkpoint (``eval.*`` overrides as keywords, e.g.
-    ``episodes=2``); with ``reports``, also writes ``<logdir>/evaluate/<step>/`` (queued on
-    ``pool``, which the caller closes, where one is given: benchmarks/render.py's)."""
-    found = checkpoint.find(logdir, eval_overrides.get("checkpoint"))
+    ``episodes=2``): an ``EvalResult``; with ``reports``, also writes
+    ``<logdir>/evaluate/<step>/`` (queued on ``pool``, which the caller closes, where one
+    is given: benchmarks/render.py's)."""
+    # torch and torchrl: seconds; a command line that names no checkpoint is refused first
+    from dreamer.agent.build import build_agent
+    from dreamer.data.replay import SequenceReplay, action_heads
+    from dreamer.envs.make import describe_env, env_config
+    from dreamer.evaluation.render import RenderPool, pool_size
+    from dreamer.evaluation.reports import submit_reports
+    from dreamer.evaluation.runner import EvalRunner
+    from dreamer.runtime import checkpoint
+
+    found = rotation.find(logdir, eval_overrides.get("checkpoint"))
     state = checkpoint.load(found)
     cfg = saved(logdir / "config.yaml")
     cfg.eval = OmegaConf.merge(cfg.eval, eval_overrides)
@@ -87,10 +91,13 @@ def main(argv: list[str]) -> int:
             raise ConfigError("run.logdir: required; " + USAGE)
         logdir = Path(values.pop("run.logdir"))
         overrides = {key.split(".", 1)[1]: value for key, value in values.items()}
+        rotation.find(logdir, overrides.get("checkpoint"))  # before torch is imported
         result = evaluate(logdir, reports=True, **overrides)
-    except (ConfigError, checkpoint.CheckpointError) as error:
+    except (ConfigError, rotation.CheckpointError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    from dreamer.evaluation.reports import report_folder
+
     metrics = result.metrics()
     episodes = metrics["eval/episodes"]
     print(

@@ -20,14 +20,17 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
-from dreamer.agent.spaces import EnvSpaces, spaces_to_dict
 from dreamer.command_line import parse_args
 from dreamer.errors import ConfigError
-from dreamer.runtime import checkpoint
-from dreamer.serving.policy import Policy
+from dreamer.runtime import rotation
+
+if TYPE_CHECKING:  # torch and torchrl: seconds; a refused command line answers without
+    import torch
+
+    from dreamer.agent.spaces import EnvSpaces
+    from dreamer.serving.policy import Policy
 
 USAGE = (
     "usage: python -m dreamer.export run.logdir=<dir> [export.path=FILE] [export.checkpoint=FILE]"
@@ -38,6 +41,8 @@ EXAMPLE_BATCH = 2  # not 1: torch.export specialises size-1 dimensions
 
 
 def example_inputs(policy: Policy, batch: int = EXAMPLE_BATCH) -> tuple:
+    import torch
+
     observations = {}
     for key in policy.spaces.obs:
         dtype = torch.uint8 if key.kind == "image" else torch.float32
@@ -72,6 +77,8 @@ def specs(tensors: dict[str, torch.Tensor]) -> dict[str, dict]:
 
 def metadata(policy: Policy, inputs: tuple, outputs: tuple) -> dict:
     """``dreamer.json``: what the program takes and gives, in call order, as shapes."""
+    from dreamer.agent.spaces import spaces_to_dict
+
     observations, *recurrent = inputs
     return {
         "format": "torch.export",
@@ -89,6 +96,8 @@ def metadata(policy: Policy, inputs: tuple, outputs: tuple) -> dict:
 
 def export(policy: Policy, path: Path) -> Path:
     """Export ``policy``'s greedy step to ``path`` (batch size free)."""
+    import torch
+
     step = policy.greedy_step().to("cpu")
     inputs = example_inputs(policy)
     batch = torch.export.Dim("batch", min=1, max=1 << 16)
@@ -115,11 +124,13 @@ def main(argv: list[str]) -> int:
         if not values.get("run.logdir"):
             raise ConfigError("run.logdir: required; " + USAGE)
         logdir = Path(values["run.logdir"])
-        found = checkpoint.find(logdir, values.get("export.checkpoint"))
+        found = rotation.find(logdir, values.get("export.checkpoint"))
+        from dreamer.serving.policy import Policy  # torch, once a checkpoint is found
+
         policy = Policy.load(found, device="cpu")
         path = Path(values.get("export.path") or logdir / f"policy-{policy.step:012d}.pt2")
         export(policy, path)
-    except (ConfigError, checkpoint.CheckpointError) as error:
+    except (ConfigError, rotation.CheckpointError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     size = path.stat().st_size

@@ -171,6 +171,42 @@ def test_help_and_a_refused_command_line_answer_without_torch(argv, code, first)
         assert done.stderr.count("\n") == 1 and done.stdout == ""
 
 
+@pytest.mark.parametrize(
+    "module, argv, first",
+    [
+        ("dreamer.evaluate", [], "error: run.logdir: required; usage: python -m dreamer.evaluate"),
+        ("dreamer.evaluate", ["run.logdir=.", "eval.bogus=1"], "error: eval.bogus: not a key"),
+        ("dreamer.evaluate", ["run.logdir={empty}"], "error: {empty}: no checkpoint in it"),
+        (
+            "dreamer.evaluate",
+            ["run.logdir={empty}", "eval.checkpoint=nope.pt"],
+            "error: nope.pt: no such checkpoint file",
+        ),
+        ("dreamer.export", ["run.logdir={empty}/gone"], "error: {empty}/gone: no such checkpoint"),
+        ("dreamer.export", ["run.logdir=.", "export.format=onnx"], "error: export.format: not a"),
+    ],
+    ids=[
+        "evaluate-no-logdir",
+        "evaluate-key",
+        "evaluate-empty",
+        "evaluate-named",
+        "export-missing",
+        "export-key",
+    ],
+)
+def test_a_refused_evaluate_or_export_answers_without_torch(module, argv, first, tmp_path):
+    """``dreamer.evaluate`` and ``dreamer.export`` refuse a command line that names no
+    checkpoint before torch, torchrl or tensordict are imported (it took ~3.5 s here)."""
+    script = WITHOUT_TORCH.replace('"dreamer.train"', repr(module))
+    argv = [arg.format(empty=tmp_path) for arg in argv]
+    done = subprocess.run(
+        [sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.startswith(first.format(empty=tmp_path)), done.stderr[-2000:]
+    assert done.stderr.count("\n") == 1 and done.stdout == ""
+
+
 def test_help_imports_no_env_package():
     """``--help`` lists every env kind's keys from ``dreamer/envs/settings.py``: it
     imported gymnasium and Crafter for them (~0.3 s of a ~0.6 s answer)."""

@@ -27,7 +27,14 @@ from torchrl.checkpoint import GlobalRNGState
 
 from dreamer.errors import first_line
 from dreamer.runtime.files import bytes_free, replacing, temporary_of
-from dreamer.runtime.rotation import PREFIX, checkpoint_dir, latest, rotation, saved_steps
+from dreamer.runtime.rotation import (
+    PREFIX,
+    CheckpointError,
+    checkpoint_dir,
+    latest,
+    rotation,
+    saved_steps,
+)
 from dreamer.runtime.signals import stop_moment
 
 log = logging.getLogger("dreamer")
@@ -39,14 +46,6 @@ log = logging.getLogger("dreamer")
 FORMAT = 2
 READS = (1, 2)
 DAMAGED_SUFFIX = ".damaged"  # a checkpoint a resume found damaged, kept for inspection
-
-
-class CheckpointError(OSError):
-    """One line; ``reason``: what is wrong with the file, without its name."""
-
-    def __init__(self, message: str, reason: str | None = None):
-        super().__init__(message)
-        self.reason = reason or message
 
 
 class UnsafeCheckpointError(CheckpointError):
@@ -166,26 +165,6 @@ def newest_good(logdir: Path) -> tuple[Path, dict] | tuple[None, None]:
     if skipped:
         raise CheckpointError(f"no checkpoint of {logdir} loads: {skipped[0][1]}")
     return None, None
-
-
-def find(path: str | Path, name: str | None = None) -> Path:
-    """The checkpoint a user names: a file, or the latest in a run directory or in its
-    ``checkpoints`` folder; with ``name`` (a file, or a file name in the run directory's
-    ``checkpoints``) that one. ``CheckpointError`` (one line) when there is none."""
-    path = Path(path)
-    if name is not None:
-        for candidate in (Path(name), checkpoint_dir(path) / name):
-            if candidate.is_file():
-                return candidate
-        raise CheckpointError(f"{name}: no such checkpoint file (nor in {checkpoint_dir(path)})")
-    if path.is_dir():
-        found = latest(path.parent if path.name == "checkpoints" else path)
-        if found is None:
-            raise CheckpointError(f"{path}: no checkpoint in it (expected {PREFIX}*.pt files)")
-        return found
-    if not path.exists():
-        raise CheckpointError(f"{path}: no such checkpoint file or run directory")
-    return path
 
 
 def latest_state(logdir: Path) -> dict | None:

@@ -1,6 +1,7 @@
 """A run directory's checkpoints by their file names (``checkpoint-<env step>.pt``),
-without reading them: what a command line needs to pick the run it resumes before it
-imports torch. Reading and writing them: ``dreamer.runtime.checkpoint``."""
+without reading them: what a command line needs to pick the run it resumes, or to refuse
+a path that holds none, before it imports torch. Reading and writing them:
+``dreamer.runtime.checkpoint``."""
 
 from __future__ import annotations
 
@@ -28,3 +29,31 @@ def saved_steps(logdir: Path) -> list[int]:
     """The env steps of the checkpoints in the rotation."""
     found = (re.fullmatch(rf"{PREFIX}(\d+)\.pt", path.name) for path in rotation(logdir))
     return sorted(int(match[1]) for match in found if match)
+
+
+class CheckpointError(OSError):
+    """One line; ``reason``: what is wrong with the file, without its name."""
+
+    def __init__(self, message: str, reason: str | None = None):
+        super().__init__(message)
+        self.reason = reason or message
+
+
+def find(path: str | Path, name: str | None = None) -> Path:
+    """The checkpoint a user names: a file, or the latest in a run directory or in its
+    ``checkpoints`` folder; with ``name`` (a file, or a file name in the run directory's
+    ``checkpoints``) that one. ``CheckpointError`` (one line) when there is none."""
+    path = Path(path)
+    if name is not None:
+        for candidate in (Path(name), checkpoint_dir(path) / name):
+            if candidate.is_file():
+                return candidate
+        raise CheckpointError(f"{name}: no such checkpoint file (nor in {checkpoint_dir(path)})")
+    if path.is_dir():
+        found = latest(path.parent if path.name == "checkpoints" else path)
+        if found is None:
+            raise CheckpointError(f"{path}: no checkpoint in it (expected {PREFIX}*.pt files)")
+        return found
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such checkpoint file or run directory")
+    return path

@@ -20,7 +20,7 @@ from tensordict.nn import InteractionType, set_interaction_type
 from dreamer.agent.acting import GreedyActingStep, env_action
 from dreamer.agent.build import build_acting, build_agent, latent_sizes
 from dreamer.agent.spaces import EnvSpaces, spaces_from_dict
-from dreamer.runtime import checkpoint
+from dreamer.runtime import checkpoint, rotation
 
 MODES = {"greedy": InteractionType.DETERMINISTIC, "sample": InteractionType.RANDOM}
 
@@ -62,7 +62,7 @@ class Policy:
     def load(cls, path: str | Path, device: str = "cpu") -> Policy:
         """From a run directory (its latest checkpoint), its ``checkpoints`` folder, or a
         checkpoint file. ``checkpoint.CheckpointError`` if there is none."""
-        found = checkpoint.find(path)
+        found = rotation.find(path)
         state = checkpoint.load(found)
         cfg = state["config"]
         model, learner = OmegaConf.create(cfg["model"]), OmegaConf.create(cfg["learner"])

@@ -15,7 +15,7 @@ from dreamer.agent.build import Agent
 from dreamer.agent.spaces import EnvSpaces, layout_difference, spaces_from_dict
 from dreamer.config import WARM_START_PARTS
 from dreamer.errors import ConfigError
-from dreamer.runtime import checkpoint
+from dreamer.runtime import checkpoint, rotation
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def warm_start(learner, agent: Agent, spaces: EnvSpaces, model: dict, path, part
     """Load ``parts`` of the checkpoint at ``path`` (a file or a run directory) into
     ``learner``'s agent; ``model``: this run's model config node as a dict."""
     try:
-        found = checkpoint.find(path)
+        found = rotation.find(path)
         state = checkpoint.load(found)
     except checkpoint.CheckpointError as error:
         raise ConfigError(f"run.from_checkpoint: {error}") from None
