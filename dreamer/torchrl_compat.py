@@ -121,20 +121,18 @@ def load_policy_weights(model: torch.nn.Module, weights: TensorDictBase) -> None
         WeightStrategy(extract_as="tensordict").apply_weights(model, weights.to(device))
         return
     mine = TensorDict.from_module(model)
-    names = sorted(mine.keys(True, True))
+    targets = [mine.get(name) for name in sorted(mine.keys(True, True))]
     sizes: dict[str, int] = {}
-    for name in names:
-        dtype = str(mine.get(name).dtype)
-        sizes[dtype] = sizes.get(dtype, 0) + mine.get(name).numel()
+    for target in targets:
+        sizes[str(target.dtype)] = sizes.get(str(target.dtype), 0) + target.numel()
     pushed = {dtype: weights.get((FLAT, dtype)).numel() for dtype in weights.get(FLAT).keys()}
     if pushed != sizes:
         raise RuntimeError(f"a weight push of another layout ({pushed}, not {sizes})")
     offsets = dict.fromkeys(sizes, 0)
     with torch.no_grad():
-        for name in names:
-            target = mine.get(name)
-            dtype, start = str(target.dtype), offsets[str(target.dtype)]
-            offsets[dtype] = start + target.numel()
+        for target in targets:
+            dtype = str(target.dtype)
+            start, offsets[dtype] = offsets[dtype], offsets[dtype] + target.numel()
             target.copy_(weights.get((FLAT, dtype))[start : offsets[dtype]].view_as(target))
 
 
