@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None, build=None, cfg: DictConfig | None = Non
     Ctrl-C checkpoints and raises KeyboardInterrupt; user errors exit 2.
     ``build``: the run's parts (default ``dreamer.training.parts.build_parts``)."""
     argv = sys.argv[1:] if argv is None else argv
+    signals.claim_stop_moment()
     if cfg is None:  # a sweep's job passes the config its launcher composed
         cfg = from_argv(argv)
     try:

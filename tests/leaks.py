@@ -18,6 +18,7 @@ import signal
 import time
 from pathlib import Path
 
+from tests import zygote
 from tests.runs import alive, command_line, descendants, parent
 
 SESSION_MARK = "DREAMER_TEST_SESSION"
@@ -64,13 +65,13 @@ def marked(name: str, value: str) -> set[int]:
 
 def helper(pid: int) -> bool:
     """One of this process's own interpreter helpers (kept for its life, by design): a
-    spawned one, or the collector's forkserver that a run inside this process forked
-    from it (``dreamer.data.forkserver``)."""
+    spawned one, the collector's forkserver that a run inside this process forked from
+    it (``dreamer.data.forkserver``), or the zygote the runs fork from (tests/zygote.py)."""
     from multiprocessing import forkserver
 
     return parent(pid) == os.getpid() and (
         any(name in command_line(pid) for name in INTERPRETER_HELPERS)
-        or pid == forkserver._forkserver._forkserver_pid
+        or pid in (forkserver._forkserver._forkserver_pid, zygote.pid())
     )
 
 
@@ -83,8 +84,9 @@ def ancestors(pid: int) -> list[int]:
 
 def started_by_the_test(pid: int, before: set[int]) -> bool:
     """Not below a process that was there before the test (a module's server forks
-    workers of its own when it likes), nor one of this process's own helpers."""
-    return not helper(pid) and not (set(ancestors(pid)) & before)
+    workers of its own when it likes; the zygote, which forks the test's runs, aside),
+    nor one of this process's own helpers."""
+    return not helper(pid) and not (set(ancestors(pid)) - {zygote.pid()}) & before
 
 
 def owned(mark: str | None) -> set[int]:

@@ -1,6 +1,7 @@
 """The real trainer from tests: start it, watch it, kill it, read what it wrote. The one
 set of process helpers for the run, kill, death and resume tests; those a benchmark needs
-too (UNTIL_STOPPED, alive, descendants, ...) live in benchmarks/procs.py."""
+too (UNTIL_STOPPED, alive, descendants, ...) live in benchmarks/procs.py. A run is forked
+from an interpreter that imported the trainer (tests/zygote.py) where it starts the same."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from benchmarks.procs import (  # noqa: F401  (the tests import them from here)
     jsonl_rows,
     mount_tmpfs,
 )
+from tests import zygote
 
 ROOT = Path(__file__).resolve().parent.parent
 # The one preset of the tests that run the trainer for its machinery, not its learning:
@@ -39,16 +41,19 @@ QUICK = (
 )
 
 
+def trainer_arguments(logdir: Path, *overrides: str, progress: bool = False) -> list[str]:
+    """``dreamer.train``'s command line with ``overrides``, writing to ``logdir``, without
+    a progress bar unless asked."""
+    return [*overrides, f"run.logdir={logdir}", f"run.progress={str(progress).lower()}"]
+
+
 def trainer_command(logdir: Path, *overrides: str, progress: bool = False) -> list[str]:
-    """``python -m dreamer.train`` with ``overrides``, writing to ``logdir``, without a
-    progress bar unless asked."""
+    """``python -m dreamer.train`` with ``trainer_arguments``."""
     return [
         sys.executable,
         "-m",
         "dreamer.train",
-        *overrides,
-        f"run.logdir={logdir}",
-        f"run.progress={str(progress).lower()}",
+        *trainer_arguments(logdir, *overrides, progress=progress),
     ]
 
 
@@ -56,6 +61,12 @@ def run_trainer(
     logdir: Path, *overrides: str, timeout: float = 600, preexec_fn=None, progress: bool = False
 ) -> subprocess.CompletedProcess:
     """The trainer run to its end; its output captured."""
+    if preexec_fn is None:
+        return run_module(
+            "dreamer.train",
+            *trainer_arguments(logdir, *overrides, progress=progress),
+            timeout=timeout,
+        )
     return subprocess.run(
         trainer_command(logdir, *overrides, progress=progress),
         capture_output=True,
@@ -68,7 +79,10 @@ def run_trainer(
 def run_module(
     module: str, *arguments: str, cwd: Path = ROOT, timeout: float = 300
 ) -> subprocess.CompletedProcess:
-    """``python -m module arguments`` in ``cwd``, to its end; its output captured."""
+    """``python -m module arguments`` in ``cwd``, to its end; its output captured. Forked
+    from the zygote where it would start the same (tests/zygote.py)."""
+    if zygote.forkable(module, list(arguments), None):
+        return zygote.run(module, list(arguments), cwd=cwd, timeout=timeout)
     return subprocess.run(
         [sys.executable, "-m", module, *arguments],
         cwd=cwd,
@@ -122,9 +136,22 @@ class Trainer:
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
 
         self.logdir, self.log = logdir, log
+        arguments = trainer_arguments(logdir, *overrides)
+        if zygote.forkable("dreamer.train", arguments, env):
+            log.write_text("")
+            self.process = zygote.start(
+                "dreamer.train",
+                arguments,
+                log,
+                env=env,
+                session=session,
+                ignore_usr1=ignore_usr1,
+                interruptible=interruptible,
+            )
+            return
         with log.open("w") as output:
             self.process = subprocess.Popen(
-                trainer_command(logdir, *overrides),
+                [sys.executable, "-m", "dreamer.train", *arguments],
                 cwd=ROOT,
                 stdout=output,
                 stderr=subprocess.STDOUT,

@@ -118,9 +118,15 @@ def ctrl_c_after_block():
 
 
 STOP_AT = "DREAMER_STOP_AT"
-# read once, by the run's process, and taken out of the environment its children get
-_stop_at = os.environ.pop(STOP_AT, "")
+_stop_at = ""
 _moments_seen: dict[str, int] = {}
+
+
+def claim_stop_moment() -> None:
+    """At a run's start, before it starts a child: ``DREAMER_STOP_AT`` is read by the
+    run's process and taken out of the environment its children get."""
+    global _stop_at
+    _stop_at = os.environ.pop(STOP_AT, _stop_at)
 
 
 def forget_stop_moment() -> None:
