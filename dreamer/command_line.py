@@ -25,9 +25,9 @@ from dreamer.config import (
     Config,
     options,
     register_schema,
-    schema,
     schema_type,
 )
+from dreamer.envs import registry
 from dreamer.errors import ConfigError, did_you_mean, first_line
 from dreamer.schema import TYPE_NAMES, check_field, check_section
 
@@ -142,6 +142,8 @@ def composition_error(e: Exception, env_name: str | None = None) -> ConfigError:
     key = getattr(cause, "full_key", None)
     if not key:
         return ConfigError(first_line(e))
+    if env_name is None and key.startswith("env."):  # the env section it was composing
+        env_name = OmegaConf.select(getattr(cause, "parent_node", None) or {}, "name")
     if isinstance(cause, ConfigAttributeError | ConfigKeyError):  # e.g. stray key in a preset
         schema_type(key, env_name)  # raises the usual "unknown key; allowed keys ..." error
     if isinstance(cause, ValidationError):
@@ -301,15 +303,18 @@ def finish(
     dict_values: Mapping[str, Any] = {},  # noqa: B006
     check: bool = True,
 ) -> DictConfig:
-    """A config Hydra composed (by ``load``, or by ``-m``'s launcher for a sweep job) as
-    the run's config: exactly the schema's sections, ``dict_values`` set whole,
-    validated, derived (``run.logdir``) and frozen."""
+    """A typed config (Hydra's composition by ``load`` or by ``-m``'s launcher for a sweep
+    job, each section typed by its schema, ``env`` by its option's; a saved run's, typed by
+    ``resume.saved``) as the run's config: exactly the schema's sections, ``dict_values``
+    set whole, validated and frozen. An ``env.name`` set apart from its ``env=`` option
+    is refused: the option's schema types the section."""
     from omegaconf.errors import OmegaConfBaseException
 
-    sections = list(typing.get_type_hints(Config))
-    env_name = OmegaConf.select(composed, "env.name")
+    env_name = composed.env.name
+    if OmegaConf.get_type(composed.env) is not registry.settings(env_name):
+        raise ConfigError(f"env.name: set by env=<option>, not on its own; got {env_name!r}")
+    cfg = OmegaConf.masked_copy(composed, list(typing.get_type_hints(Config)))
     try:
-        cfg = OmegaConf.merge(schema(env_name), OmegaConf.masked_copy(composed, sections))
         for key, value in dict_values.items():
             OmegaConf.update(cfg, key, value, merge=False)
     except OmegaConfBaseException as e:

@@ -400,17 +400,16 @@ def options(group: str) -> list[str]:
 
 
 def register_schema() -> None:
-    """Register the schema with Hydra's ConfigStore as ``dreamer_schema`` (idempotent):
-    every section typed but ``env``, which its kind types once composed (``finish``)."""
+    """Register the schema with Hydra's ConfigStore (idempotent), as Hydra types a config
+    group: ``dreamer_schema``, every section (``env``: the keys every kind has), and
+    ``env/<kind>_schema``, a kind's own keys, which ``conf/env/<kind>.yaml`` names first
+    in its defaults list: Hydra composes each section typed."""
     from hydra.core.config_store import ConfigStore
 
-    sections = typing.get_type_hints(Config)
-    node = OmegaConf.create(
-        {name: OmegaConf.structured(cls) for name, cls in sections.items() if name != "env"}
-    )
-    node.env = {}
-    OmegaConf.set_struct(node.env, False)  # an override of another kind's key reaches finish
-    ConfigStore.instance().store(name="dreamer_schema", node=node)
+    store = ConfigStore.instance()
+    store.store(name="dreamer_schema", node=Config)
+    for name in registry.KINDS:
+        store.store(group="env", name=f"{name}_schema", node=registry.settings(name))
 
 
 def schema(env_name: str) -> DictConfig:
@@ -436,6 +435,7 @@ def group_defaults(group: str, option: str) -> DictConfig:
     experiment preset or an override: the option's YAML over the section's schema (for
     ``env``, its kind's settings), as ``load`` composes and ``finish`` types it."""
     preset = OmegaConf.load(CONF_DIR / group / f"{option}.yaml")
+    preset.pop("defaults", None)  # an env option's: its kind's schema, the cls below
     cls = registry.settings(preset.name) if group == "env" else typing.get_type_hints(Config)[group]
     return OmegaConf.merge(OmegaConf.structured(cls), preset)
 

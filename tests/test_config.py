@@ -3,6 +3,7 @@
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -63,13 +64,19 @@ def test_imag_last_1_is_allowed_without_the_replay_value_term():
     assert "learner.imag_last" in str(info.value)
 
 
-def test_a_preset_setting_a_removed_key_gets_one_line_naming_what_replaced_it():
-    from dreamer.command_line import finish
+def test_a_preset_setting_a_removed_key_gets_one_line_naming_what_replaced_it(
+    tmp_path, monkeypatch
+):
+    from dreamer import command_line, config
 
-    composed = OmegaConf.create(OmegaConf.to_container(load([])))
-    composed.learner.rollout = "fused"  # as an experiment preset of an earlier version
+    conf = shutil.copytree(CONF_DIR, tmp_path / "conf")
+    (conf / "experiment" / "old.yaml").write_text(  # an experiment of an earlier version
+        "# @package _global_\nlearner:\n  rollout: fused\n"
+    )
+    for module in (config, command_line):
+        monkeypatch.setattr(module, "CONF_DIR", conf)
     with pytest.raises(ConfigError, match=r"^learner.rollout: removed: .*learner.compile"):
-        finish(composed)
+        load(["experiment=old"])
 
 
 def test_a_renamed_key_works_by_its_old_name_with_one_line_naming_the_new():
@@ -256,6 +263,7 @@ BAD = [
     (["env=gym", "env.id=Nope-v0"], "env.id"),
     (["env=gym"], "env.id"),
     (["env.name=foo"], "env.name"),
+    (["env.name=dmc"], "env.name"),  # a kind is chosen by env=, whose schema types env
     (["learner.device=tpu"], "learner.device"),
     (["learner.lmbda=1.5"], "learner.lmbda"),
     (["model.unimix=1"], "model.unimix"),

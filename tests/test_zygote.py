@@ -44,7 +44,8 @@ def test_the_shared_imports_read_no_dreamer_variable():
 
 @pytest.mark.parametrize(
     "arguments",
-    [["--help"], ["run.steps=-5"], ["env=nope"], ["--cfg", "job", "experiment=smoke"]],
+    # a named folder: a run's default folder is named by the second it starts in
+    [["--help"], ["run.steps=-5"], ["env=nope"], ["--cfg", "job", "run.logdir=runs/named"]],
     ids=["help", "refused", "unknown-env", "cfg"],
 )
 def test_a_forked_command_answers_as_a_fresh_one(arguments, tmp_path):

@@ -234,7 +234,7 @@ def resumed(cfg: DictConfig, overrides: list[str]) -> DictConfig:
             f"{key}: cannot change on resume of {logdir} (its run has {theirs}, this command "
             f"{ours}); a resume may change {resumable_text(cfg.env.name)}"
         )
-    merged = OmegaConf.create(stored)
+    merged = saved(logdir / SAVED_CONFIG)
     for key in typed & set(after):
         OmegaConf.update(merged, key, after[key], merge=False)
     return with_logdir(finish(merged, check=False), logdir)
