@@ -54,6 +54,36 @@ def test_render_workers_die_with_a_killed_run():
     wait_until(lambda: not any(alive(pid) for pid in workers), "the workers' end", 30)
 
 
+def test_a_child_whose_parent_went_first_dies_under_a_subreaper_too():
+    """``die_with_parent`` called once the parent is gone kills the caller, also where a
+    subreaper adopted it (systemd --user, tini, the tests' zygote), whose pid is not 1."""
+    done = subprocess.run([sys.executable, "-c", ORPHAN], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) == -signal.SIGKILL  # 0: it lived on
+
+
+ORPHAN = """
+import ctypes, os
+from dreamer.runtime.signals import die_with_parent
+ctypes.CDLL(None).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: orphans below come here
+release, hold = os.pipe()
+told, tell = os.pipe()
+if os.fork() == 0:  # the parent
+    child = os.fork()
+    if child == 0:
+        os.read(release, 1)  # until its parent is gone
+        die_with_parent()
+        os._exit(0)
+    os.write(tell, str(child).encode())
+    os._exit(0)
+child = int(os.read(told, 32))
+os.wait()  # the parent's end: the child is this subreaper's now
+os.write(hold, b"x")
+_, status = os.waitpid(child, 0)
+print(os.waitstatus_to_exitcode(status))
+"""
+
+
 POOL_OWNER = """
 import time
 from dreamer.evaluation.render import RenderPool

@@ -162,6 +162,21 @@ def stop_moment(name: str) -> None:
 
 
 PR_SET_PDEATHSIG = 1  # prctl(2)
+_forking = 0  # this process's pid, set just before it forks
+_forked_by = 0  # in a forked child: the pid of the process that forked it (else 0)
+
+
+def _before_fork() -> None:
+    global _forking
+    _forking = os.getpid()
+
+
+def _in_child() -> None:
+    global _forked_by
+    _forked_by = _forking
+
+
+os.register_at_fork(before=_before_fork, after_in_child=_in_child)
 
 
 def die_with_parent() -> None:
@@ -175,7 +190,9 @@ def die_with_parent() -> None:
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() == 1:  # the parent was gone before the call
+        # the parent was gone before the call: this process was handed to init, or to a
+        # subreaper (systemd --user, tini, a container's init), whose pid is not 1
+        if os.getppid() == 1 or (_forked_by and os.getppid() != _forked_by):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
