@@ -255,33 +255,18 @@ def all_gone(pids: Iterable[int], timeout: float = 30) -> list[int]:
 
 
 FORKED = """
-import importlib, json, os, sys
+import json, os, sys
+sys.path.insert(1, sys.argv[5])  # the repository: tests.zygote (the cwd may be elsewhere)
 exec(sys.argv[4])  # the prelude: imports every fork would otherwise pay for
-module, name = sys.argv[1].split(":")
-entry = getattr(importlib.import_module(module), name)
-out = sys.argv[2]
+from tests.zygote import become
+module, out = sys.argv[1], sys.argv[2]
 for i, (argv, hidden) in enumerate(json.loads(sys.argv[3])):
     pid = os.fork()
     if pid == 0:
-        for stream, fd in (("out", 1), ("err", 2)):
-            os.dup2(os.open(os.path.join(out, f"{i}.{stream}"), os.O_WRONLY | os.O_CREAT), fd)
-        for hide in hidden:
-            sys.modules[hide] = None  # as if not installed
-        code = 0
-        try:
-            returned = entry(argv)
-            code = returned if isinstance(returned, int) else 0
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else 1
-        except BaseException:
-            import traceback
-            traceback.print_exc()
-            code = 1
-        sys.stdout.flush()
-        sys.stderr.flush()
-        import atexit
-        atexit._run_exitfuncs()  # what the entry started is cleaned up as at a normal exit
-        os._exit(code)  # without tearing down the interpreter's heap
+        streams = {f"std{name}": os.path.join(out, f"{i}.{name}") for name in ("out", "err")}
+        become({"module": module, "argv": argv, "hidden": hidden, "cwd": os.getcwd(),
+                "env": dict(os.environ), **streams, "session": False, "ignore_usr1": False,
+                "interruptible": False})
     _, status = os.waitpid(pid, 0)
     with open(os.path.join(out, f"{i}.rc"), "w") as rc:
         rc.write(str(os.waitstatus_to_exitcode(status)))
@@ -289,21 +274,21 @@ for i, (argv, hidden) in enumerate(json.loads(sys.argv[3])):
 
 
 def forked_runs(
-    entry: str,
+    module: str,
     rows: list[tuple[list[str], list[str]]],
     out: Path,
     cwd: Path = ROOT,
     prelude: str = "import dreamer.training.loop",
     timeout: float = 300,
 ) -> list[subprocess.CompletedProcess]:
-    """``entry`` ("module:function", called with a list of arguments, as a command line's
-    main) once per row (arguments, modules hidden as if not installed), each in a process
-    of its own, forked one after another from one interpreter that imported ``prelude``
-    once (by default the trainer's run): dozens of fresh interpreters importing torch
-    cost minutes on 2 cores. Their exit codes and output, as ``subprocess.run`` would
-    give them."""
+    """``python -m module`` once per row (arguments, modules hidden as if not installed),
+    each in a process of its own, forked one after another from one interpreter that ran
+    ``prelude`` once (by default the trainer's imports; a test's own patches too, which
+    the shared zygote of ``run_module`` cannot take): dozens of fresh interpreters
+    importing torch cost minutes on 2 cores. Their exit codes and output, as
+    ``subprocess.run`` would give them."""
     subprocess.run(
-        [sys.executable, "-c", FORKED, entry, str(out), json.dumps(rows), prelude],
+        [sys.executable, "-c", FORKED, module, str(out), json.dumps(rows), prelude, str(ROOT)],
         cwd=cwd,
         timeout=timeout,
     )

@@ -370,7 +370,7 @@ def cli_runs(tmp_path_factory):
     ran in, {(arguments, hidden): (stdout, stderr, exit code)})."""
     cwd, out = tmp_path_factory.mktemp("cwd"), tmp_path_factory.mktemp("out")
     rows = [(o, []) for o, _ in BAD] + GOOD
-    done = forked_runs("dreamer.train:main", rows, out, cwd=cwd, prelude=PRELUDE)
+    done = forked_runs("dreamer.train", rows, out, cwd=cwd, prelude=PRELUDE)
     results = {
         (tuple(argv), tuple(hidden)): (run.stdout, run.stderr, run.returncode)
         for (argv, hidden), run in zip(rows, done)

@@ -140,7 +140,7 @@ def test_without_libosmesa_proprio_trains_and_vision_exits_2_with_the_install_li
     out = tmp_path / "out"
     out.mkdir()
     proprio, vision = forked_runs(
-        "dreamer.train:main", rows, out, prelude=HIDE_OSMESA + "import dreamer.training.loop"
+        "dreamer.train", rows, out, prelude=HIDE_OSMESA + "import dreamer.training.loop"
     )
     assert proprio.returncode == 0, proprio.stderr[-3000:]
     assert read_metrics(tmp_path / "proprio")[-1]["env_steps"] == 128

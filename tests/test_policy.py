@@ -395,7 +395,7 @@ def test_warm_start_refuses_another_layout_or_a_non_checkpoint(cartpole_run, tmp
     out = tmp_path / "out"
     out.mkdir()
     # each a process of its own, forked from one interpreter that imported the trainer
-    done = forked_runs("dreamer.train:main", rows, out)
+    done = forked_runs("dreamer.train", rows, out)
     for logdir, result, (_, named) in zip(folders, done, refusals):
         assert result.returncode == 2, result.stderr[-2000:]
         last = result.stderr.strip().splitlines()[-1]

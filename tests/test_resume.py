@@ -143,7 +143,7 @@ def test_bad_resumes_and_starts_exit_2_and_change_nothing(finished_run, tmp_path
     out = tmp_path / "out"
     out.mkdir()
     # each a process of its own, forked from one interpreter that imported the trainer
-    for (logdir, key, before), done in zip(cases, forked_runs("dreamer.train:main", rows, out)):
+    for (logdir, key, before), done in zip(cases, forked_runs("dreamer.train", rows, out)):
         errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
         assert done.returncode == 2, done.stderr[-2000:]
         assert len(errors) == 1 and key in errors[0], done.stderr[-2000:]
@@ -220,7 +220,7 @@ def test_a_checkpoint_that_would_run_code_is_refused_and_runs_nothing(finished_r
     before = snapshot(resumed)
     started = tmp_path / "started"
     runs = forked_runs(
-        "dreamer.train:main",
+        "dreamer.train",
         [
             ([*FAST, "run.steps=600", f"run.logdir={resumed}", "run.progress=false"], []),
             ([*FAST, "run.steps=600", f"run.logdir={started}", f"run.from_checkpoint={evil}"], []),

@@ -16,7 +16,7 @@ def refused(tmp_path: Path, logdirs: list[Path]) -> list[subprocess.CompletedPro
     rows = [(["experiment=smoke", "env=cue", f"run.logdir={d}"], []) for d in logdirs]
     out = tmp_path / "out"
     out.mkdir()
-    return forked_runs("dreamer.train:main", rows, out, prelude=PRELUDE, timeout=300)
+    return forked_runs("dreamer.train", rows, out, prelude=PRELUDE, timeout=300)
 
 
 def assert_one_line(run: subprocess.CompletedProcess, *words: str) -> None:

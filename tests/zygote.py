@@ -146,8 +146,10 @@ def start(
     return Forked(int(reply), rc, [module, *arguments])
 
 
-def _child(request: dict) -> None:
-    """In the forked run: become ``python -m module argv`` and exit as it would."""
+def become(request: dict) -> None:
+    """In a process forked from an interpreter that imported the command (the zygote,
+    ``runs.forked_runs``): become ``python -m module argv`` (``hidden`` modules as if not
+    installed) and exit as it would."""
     import atexit
     import runpy
     import traceback
@@ -175,9 +177,11 @@ def _child(request: dict) -> None:
     os.closerange(3, os.sysconf("SC_OPEN_MAX"))
     sys.argv = ["-m", *request["argv"]]
     sys.path[0] = request["cwd"]
+    for name in request.get("hidden", ()):
+        sys.modules[name] = None
     code = 0
     try:
-        sys.modules.pop(request["module"])  # python -m runs it as __main__ alone
+        sys.modules.pop(request["module"], None)  # python -m runs it as __main__ alone
         runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
     except SystemExit as stop:
         if stop.code is None or isinstance(stop.code, int):
@@ -243,12 +247,11 @@ def _serve() -> None:
             if not line:
                 return
             request = json.loads(line)
-            sys.stdout.flush()
-            sys.stderr.flush()
+            sys.stderr.flush()  # else the child's copy of its buffer is written again
             child = os.fork()
             if child == 0:
                 try:
-                    _child(request)
+                    become(request)
                 finally:
                     os._exit(1)
             runs[child] = request["rc"]

@@ -79,7 +79,7 @@ __all__ = [
 log = logging.getLogger("dreamer")
 CHUNK = 1024  # rows per chunk (Crafter: 12.6 MB)
 LAYOUT = 2  # of the replay's state: chunk files and an index (1: torchrl storages)
-DEBUG = "DREAMER_REPLAY_DEBUG"  # test hooks: the module docstring
+DEBUG_VARIABLE = "DREAMER_REPLAY_DEBUG"  # test hooks: the module docstring
 
 
 class SequenceReplay:
@@ -402,7 +402,7 @@ class SequenceReplay:
             state["chunks"] = [self._inline(stream) for stream in range(self.streams)]
             return state
         state |= self.files.save(self._entry(), self.chunks)
-        if os.environ.get(DEBUG):
+        if os.environ.get(DEBUG_VARIABLE):
             step = self.files.checkpoints.saving
             log.info("replay at checkpoint step %d: %s", step, self.fingerprint())
         return state
@@ -422,7 +422,7 @@ class SequenceReplay:
             raise CheckpointError(f"replay: state layout {state['layout']}; this reads {LAYOUT}")
         else:
             self._load(state)
-        if os.environ.get(DEBUG):
+        if os.environ.get(DEBUG_VARIABLE):
             log.info("replay restored: %s", self.fingerprint())
 
     def _load(self, state: dict) -> None:
