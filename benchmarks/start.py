@@ -11,6 +11,7 @@ machine.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import re
 import statistics
@@ -82,6 +83,9 @@ def main() -> None:
         figures["first_update"].append(update)
     result = {
         "machine": cpu_model(),
+        # torchrl imports mujoco and tensordict pandas where installed (~0.6 s of the
+        # start): the dev extra has them (make test), make train's install does not
+        "installed": [name for name in ("mujoco", "pandas") if importlib.util.find_spec(name)],
         "date": time.strftime("%Y-%m-%d"),
         "command": " ".join(["python", *sys.argv]),
         "commands": {
@@ -93,6 +97,7 @@ def main() -> None:
         "seconds": {name: spread(values) for name, values in figures.items()},
         "targets_s": TARGETS,
     }
+    print(f"with {', '.join(result['installed']) or 'neither mujoco nor pandas'} installed")
     for name, values in result["seconds"].items():
         print(f"{name:>18}: median {values['median']:.2f} s (target {TARGETS[name]} s)")
     if args.json:

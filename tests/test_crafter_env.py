@@ -133,3 +133,31 @@ def test_info_holds_every_achievement_the_score_counts() -> None:
 def test_step_before_reset_raises() -> None:
     with pytest.raises(RuntimeError):
         CrafterEnv(seed=0).step(NOOP)
+
+
+def test_a_runs_env_makes_its_first_world_at_the_collectors_reset_from_its_seed(monkeypatch):
+    """The trainer's env (``make_env``) is seeded by its construction: building it makes
+    no world (a seeding reset made one, ~0.16 s, that the collector's own reset threw
+    away: in the driver's probe and in every env worker); its first reset makes the
+    seed's world, the same for the same seed and another for another."""
+    from omegaconf import OmegaConf
+
+    from dreamer.command_line import load
+    from dreamer.envs.make import make_env
+
+    worlds = []
+    generate = crafter.worldgen.generate_world
+    monkeypatch.setattr(
+        crafter.env.worldgen, "generate_world", lambda *a: worlds.append(a) or generate(*a)
+    )
+    env = OmegaConf.to_container(load(["env=crafter"], check=False).env)
+
+    def first_image(seed: int) -> bytes:
+        made = make_env(env, seed=seed)
+        assert worlds == []  # no world made yet
+        image = made.reset()["pixels"].numpy().tobytes()
+        assert len(worlds) == 1
+        worlds.clear()
+        return image
+
+    assert first_image(5) == first_image(5) != first_image(6)

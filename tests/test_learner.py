@@ -8,7 +8,6 @@ from omegaconf import OmegaConf
 
 from dreamer.agent.build import build_agent
 from dreamer.command_line import load
-from dreamer.data.replay import random_batch
 from dreamer.envs.make import make_env
 from dreamer.errors import ConfigError
 from dreamer.learning import learner as learner_module
@@ -93,37 +92,6 @@ def test_state_dict_round_trip_gives_identical_next_update(setup):
     )
     for p, q in zip(learner.loss.parameters(), twin.loss.parameters()):
         assert torch.allclose(p, q, atol=1e-6)
-
-
-@pytest.mark.parametrize("before", [0, 3])
-def test_a_timed_update_leaves_no_trace_in_the_run(data, before):
-    """The start estimate's timed update (on random data) changes nothing a run goes on
-    with: the next updates equal a twin's that never timed one, bit for bit."""
-    cfg, spaces, batch = data
-    twins = []
-    for _ in range(2):
-        torch.manual_seed(0)
-        agent = build_agent(cfg.model, cfg.learner, spaces)
-        twins.append(Learner(agent, cfg.learner, torch.device("cpu")))
-    timed, plain = twins
-    for learner in twins:
-        torch.manual_seed(3)
-        for _ in range(before):  # an optimizer with state, moved return statistics
-            learner.update(batch.clone())
-    torch.manual_seed(7)
-    random_state = torch.get_rng_state()
-    first, quickest = timed.timed_update(random_batch(spaces, cfg.replay.batch, cfg.replay.length))
-    assert first > 0 and quickest > 0
-    assert torch.equal(torch.get_rng_state(), random_state)
-    assert (timed.updates, timed.optimizer.skipped) == (before, 0)
-    for _ in range(2):
-        torch.manual_seed(5)
-        ours = timed.update(batch.clone())
-        torch.manual_seed(5)
-        theirs = plain.update(batch.clone())
-        assert {k: float(v) for k, v in ours.items()} == {k: float(v) for k, v in theirs.items()}
-    for (name, p), q in zip(timed.loss.state_dict().items(), plain.loss.state_dict().values()):
-        assert torch.equal(p, q), name
 
 
 def test_continuous_actions_update_and_act_within_bounds():
@@ -281,8 +249,8 @@ def test_the_learner_takes_half_the_cores_of_its_affinity_mask(cores):
     assert done.stdout.split() == [str(max(1, cores // 2)), "3"]
 
 
-REUSE_PROBE = """
-import resource, sys, torch
+KEEP_PROBE = """
+import sys, torch
 if sys.argv[1] == "learner":
     from dreamer.agent.build import build_agent
     from dreamer.agent.spaces import EnvSpaces, ObsKey
@@ -291,37 +259,40 @@ if sys.argv[1] == "learner":
     cfg = load(["experiment=smoke", "env=cartpole"])
     spaces = EnvSpaces((ObsKey("observation", (4,), "vector"),), 2, discrete=True)
     Learner(build_agent(cfg.model, cfg.learner, spaces), cfg.learner, torch.device("cpu"))
+def resident():
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1])  # pages
 block = torch.ones(16 << 20)  # 64 MB, past glibc's largest dynamic mmap threshold
-faults = []
-for _ in range(5):  # the fewest: another thread of the process may take the freed block once
-    del block
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    block = torch.ones(16 << 20)
-    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-print(min(faults))
+before = resident()
+del block
+print(before - resident())
 """
 
 
 @pytest.mark.parametrize(
-    ("built", "environment", "reused"),
+    ("built", "environment", "kept"),
     [
         ("none", {}, False),  # glibc's default: freed to the kernel, faulted in again
         ("learner", {}, True),
         ("learner", {"MALLOC_TRIM_THRESHOLD_": "131072"}, False),  # the user's setting wins
     ],
 )
-def test_a_learners_process_reuses_the_memory_an_update_frees(built, environment, reused):
-    """A block the size of an update's tensors, freed and made again: in a process with
-    a learner it comes back from the heap (no page faults); by default glibc returned it
-    to the kernel (a fault per 4 KB page: ~56,000 per size1m update)."""
+def test_a_learners_process_keeps_the_memory_an_update_frees(built, environment, kept):
+    """A block the size of an update's tensors, freed: in a process with a learner it
+    stays in the heap, resident, for the next update's tensors; by default glibc gave it
+    back to the kernel, and the next update faulted it in again (a fault per 4 KB page:
+    ~56,000 per size1m update). Judged by the pages the free gives back, which no other
+    allocation of the process changes: whether the next block lands in the freed one
+    depends on what the process allocated between (a 64-byte-aligned request of the same
+    size did not fit a freed block that Python had taken a piece of)."""
     done = subprocess.run(
-        [sys.executable, "-c", REUSE_PROBE, built],
+        [sys.executable, "-c", KEEP_PROBE, built],
         capture_output=True,
         text=True,
         timeout=120,
         env={**os.environ, **environment},
     )
     assert done.returncode == 0, done.stderr
-    faults = int(done.stdout.split()[-1])
+    given_back = int(done.stdout.split()[-1])
     pages = (64 << 20) // os.sysconf("SC_PAGE_SIZE")
-    assert (faults < pages // 20) if reused else (faults > pages // 2), faults
+    assert (given_back < pages // 20) if kept else (given_back > pages // 2), given_back

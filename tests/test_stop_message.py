@@ -120,8 +120,6 @@ MOMENTS = [  # where a stop is hardest: a child starting while the driver blocks
     ("render_start", signal.SIGINT),  # the render pool's workers
     ("eval_start", signal.SIGINT),  # torchrl's thread starting the evaluation process
     ("checkpoint_write", signal.SIGINT),  # a periodic checkpoint half written
-    ("timed_update", signal.SIGINT),  # the update timed before collection (Ctrl-C cuts it)
-    ("timed_update", signal.SIGTERM),  # (SIGTERM lets it finish)
 ]
 
 
@@ -159,11 +157,7 @@ def test_a_stop_at_each_hard_moment_checkpoints_and_ends_with_the_resume_line(
         assert f"interrupted: checkpoint written; resume it with: {sys.executable} -m" in last
     assert last.endswith(f"run.logdir={logdir.resolve()}"), last
     assert checkpoint.remove_partial(logdir) == []
-    state = checkpoint.load(checkpoint.latest(logdir))
-    if moment == "timed_update":
-        assert state["learner"]["updates"] == 0  # the timed updates left no trace
-        # SIGTERM sets a flag: the timed update finishes first; Ctrl-C cuts it short
-        assert ("learner update takes" in text) == (stop == signal.SIGTERM)
+    checkpoint.load(checkpoint.latest(logdir))
 
 
 def on_a_terminal(command: str, until: bytes, timeout: float = 300) -> tuple[int, str]:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
-import time
 from pathlib import Path
 
 import torch
@@ -18,7 +16,6 @@ from dreamer.errors import ConfigError
 from dreamer.runtime.cores import usable_cores
 from dreamer.runtime.dist import GradientAverager
 from dreamer.runtime.malloc import keep_freed_memory
-from dreamer.runtime.signals import stop_moment
 from dreamer.runtime.world import World
 
 
@@ -241,37 +238,6 @@ class Learner:
             for key, value in metrics.items()
             if isinstance(key, str) and value.numel() == 1
         }
-
-    def timed_update(
-        self, batch: TensorDictBase, budget: float = 0.3, most: int = 3
-    ) -> tuple[float, float]:
-        """Seconds the first update and the quickest of the next ones take on ``batch``,
-        leaving the learner as it was: weights, optimizer, return statistics, counters
-        and torch's random state. How long a run will take, before it has data. Not
-        across ranks: each would wait for the others' gradients.
-
-        The first update allocates (and compiles when compiling) and is not the
-        estimate; then updates are timed until ``budget`` seconds or ``most`` updates,
-        the quickest kept: a single short update timed while a neighbour's burst held
-        the core read 2x the loop's own rate (a 0.1 s estimate, 0.05 s per update in
-        the loop)."""
-        state = copy.deepcopy(self.state_dict())
-        timed = []
-        try:
-            with torch.random.fork_rng(devices=[]):
-                started = time.perf_counter()
-                stop_moment("timed_update")
-                self.update(batch)
-                first = time.perf_counter() - started
-                for _ in range(most):
-                    started = time.perf_counter()
-                    self.update(batch)
-                    timed.append(time.perf_counter() - started)
-                    if sum(timed) >= budget:
-                        break
-        finally:  # also after Ctrl-C inside an update: the run checkpoints this learner
-            self.load_state_dict(state)
-        return first, min(timed)
 
     def _skip_update(self) -> None:
         """No usable gradient from this batch: step with NaN gradients, which the

@@ -221,9 +221,9 @@ class Progress:
     two minutes) while a burst of updates held the env steps.
 
     The ETA is the trainer's estimate: the updates left to ``run.steps`` times the
-    loop's wall seconds per update since this process's first update (before it, the
-    start estimate's ``seconds_per_update``). tqdm's own ETA, from the env-step rate,
-    swung 13x with the bursts of updates. Without updates to come: the env-step rate."""
+    loop's wall seconds per update since this process's first update ("?" until its
+    second). tqdm's own ETA, from the env-step rate, swung 13x with the bursts of
+    updates. Without updates to come: the env-step rate."""
 
     def __init__(
         self,
@@ -231,7 +231,6 @@ class Progress:
         initial: int = 0,
         enabled: bool = True,
         updates: int = 0,
-        seconds_per_update: float | None = None,
         clock=time.perf_counter,
     ):
         """``clock``: seconds, for the rates and the ETA (a test's own clock)."""
@@ -251,7 +250,6 @@ class Progress:
         self.first_updates = updates  # a resumed run's, so its rate counts only its own
         self.first_update: tuple[float, int] | None = None  # (time, updates) at the first
         self.total_updates = 0.0  # the loop's ``expect`` says, before any redraw
-        self.estimate = seconds_per_update
 
     def expect(self, total_updates: float) -> None:
         """The updates the run will have made at ``run.steps``, as the schedule says now
@@ -279,11 +277,11 @@ class Progress:
         if self.total_updates - updates < 1:
             steps_per_s = (env_steps - self.initial) / max(now - self.started, 1e-9)
             left = (self.bar.total - env_steps) / steps_per_s if steps_per_s else None
+        elif self.first_update is not None and updates > self.first_update[1]:
+            per_update = (now - self.first_update[0]) / (updates - self.first_update[1])
+            left = (self.total_updates - updates) * per_update
         else:
-            per_update = self.estimate
-            if self.first_update is not None and updates > self.first_update[1]:
-                per_update = (now - self.first_update[0]) / (updates - self.first_update[1])
-            left = None if per_update is None else (self.total_updates - updates) * per_update
+            left = None  # updates to come, none timed yet
         return "?" if left is None else tqdm.format_interval(max(left, 0))
 
     def close(self) -> None:

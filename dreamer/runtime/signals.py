@@ -137,8 +137,8 @@ def forget_stop_moment() -> None:
 
 def stop_moment(name: str) -> None:
     """A moment where a stop is hardest to get right: a child process starting while
-    this thread blocks SIGINT, a checkpoint or replay file half written, the update
-    timed at start. With ``DREAMER_STOP_AT=name[:SIGNAL[:N]]`` the run stops itself the
+    this thread blocks SIGINT, a checkpoint or replay file half written. With
+    ``DREAMER_STOP_AT=name[:SIGNAL[:N]]`` the run stops itself the
     N-th time (default: the first) it comes to ``name``, once: SIGINT by default, to its
     whole process group as a terminal's Ctrl-C (or SIGTERM, SIGUSR1: a scheduler's);
     SIGKILL to this process alone, as ``kill -9`` or the OOM killer (its children are

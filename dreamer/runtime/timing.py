@@ -80,10 +80,11 @@ benchmarks/results/peers_learn_reacher_easy.json (tests/test_docs.py holds them 
 
 
 class CpuSpeedNote:
-    """Without a GPU, how long the run's updates will take: at start, from updates
-    timed before collection (``start``); after the first ``sample`` updates of the loop,
-    from their median, again, if that differs from the start's by more than 1.5x, or
-    if there was none (a distributed run's ranks update together, only in the loop)."""
+    """Without a GPU, how long the run's updates will take: the median of the loop's
+    first ``sample`` updates (the first allocates, or compiles), timed with collection
+    paced as the run goes on, times the updates left to ``run.steps``. (Updates timed
+    before collection, on a random batch, held every CPU run's first env step back by
+    their ~0.4 s.)"""
 
     sample = 5
 
@@ -91,26 +92,14 @@ class CpuSpeedNote:
         self.cfg = cfg
         self.env_steps = env_steps  # where this process starts (a resumed run: its step)
         self.seconds: list[float] | None = [] if enabled else None
-        self.started: float | None = None  # the start estimate's seconds per update
-
-    @property
-    def enabled(self) -> bool:
-        return self.seconds is not None
-
-    def start(self, seconds_per_update: float, how: str) -> None:
-        """The estimate at start; ``how``: how ``seconds_per_update`` was measured."""
-        if self.seconds is not None:
-            self.started = seconds_per_update
-            log.info(self.note(seconds_per_update, how))
 
     def __call__(self, seconds: float) -> None:
         if self.seconds is None:
             return
         self.seconds.append(seconds)
         if len(self.seconds) == self.sample:
-            median = statistics.median(self.seconds)  # the 1st one is slower
-            if self.started is None or not 1 / 1.5 < median / self.started < 1.5:
-                log.info(self.note(median, f"median of the first {self.sample} in the loop"))
+            median = statistics.median(self.seconds)
+            log.info(self.note(median, f"the median of the run's first {self.sample} updates"))
             self.seconds = None
 
     def updates(self) -> float:

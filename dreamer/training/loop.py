@@ -17,7 +17,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from dreamer.agent.spaces import spaces_to_dict
 from dreamer.data.collect import CollectorError, pace_mode, path_note
-from dreamer.data.replay import random_batch
 from dreamer.envs import registry
 from dreamer.errors import ConfigError
 from dreamer.evaluation.periodic import PeriodicEvaluation
@@ -121,7 +120,6 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
     # from here a stop (a signal, Ctrl-C) ends with a checkpoint, whatever is starting
     with StopSignals() as stop:
         try:
-            estimate_at_start(speed_note, learner, parts.spaces, cfg, world)
             collector.start()
             evaluation = periodic_evaluation(cfg, logdir, parts, writer, resume, world)
             should_log = RowClock(cfg.run.log_every, cfg.run.log_seconds, cfg.run.steps, start)
@@ -129,11 +127,7 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
             should_push = Clock.aligned(cfg.collector.sync_every, learner.updates)
             rates = Rates(start, learner.updates)
             progress = Progress(
-                cfg.run.steps,
-                start,
-                cfg.run.progress and world.main,
-                learner.updates,
-                speed_note.started,
+                cfg.run.steps, start, cfg.run.progress and world.main, learner.updates
             )
             with frozen_heap(freeze=cfg.run.gc_freeze) as gc_stats:
                 for _ in timers.waiting(collector):
@@ -143,6 +137,11 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
                     )
                     due = parts.train_ratio(env_steps, ready)
                     progress.expect(learner.updates + due + parts.train_ratio.left(cfg.run.steps))
+                    if due and not under_way.said and learner.modes["compile"]:
+                        log.info(
+                            "the first update compiles the learner: tens of seconds the first "
+                            "time on this machine, seconds once torch's compile cache holds it"
+                        )
                     with collector.paced(due > 0):
                         for _ in range(due):
                             with timers.phase("sample"):
@@ -297,28 +296,6 @@ def outcome(saved: bool, finished: bool, received, parts, logdir: Path, world: W
         return signals.REQUEUE_EXIT
     log.info("done: %d env steps, %d updates", env_steps, parts.learner.updates)
     return 0
-
-
-def estimate_at_start(speed_note, learner, spaces, cfg, world: World) -> None:
-    """Without a GPU, the run's estimate from updates timed before collection starts
-    (not across ranks: each would wait for the others; not for a run without updates).
-    A stop meanwhile is the loop's: SIGTERM's flag waits for the timed updates, Ctrl-C
-    cuts them short (the learner is left as it was; the clean-up checkpoints it)."""
-    if not (speed_note.enabled and not world.distributed and speed_note.updates() > 0):
-        return
-    batch = random_batch(spaces, cfg.replay.batch, cfg.replay.length)
-    compiling = learner.modes["compile"]
-    log.info(  # it takes up to a minute (a cold compile): the screen says what runs
-        "timing the learner update before collection starts%s",
-        ": the first compiles it (tens of seconds the first time on this machine, "
-        "seconds once torch's compile cache holds it)"
-        if compiling
-        else "",
-    )
-    first, quickest = learner.timed_update(batch)
-    how = "the quickest of the updates timed before collection; the first took "
-    how += f"{first:.1f} s{', compiling' if compiling else ''}"
-    speed_note.start(quickest, how)
 
 
 def resume_command(argv: list[str], logdir: Path) -> str:
