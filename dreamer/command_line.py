@@ -1,8 +1,5 @@
-"""From a command line to a run's config: ``key=value`` overrides checked before Hydra
-sees them, Hydra's compose (``load``), its errors as one line naming the dotted key
-(``composition_error``), the cross-field checks, and the config frozen (``finish``).
-The schema itself (every key, its type, range and meaning) is ``dreamer/config.py``'s;
-the run a command continues and what a resume may change, ``dreamer/training/resume.py``'s."""
+"""From a command line to a run's frozen config: overrides checked, Hydra's compose, its
+errors in one line, and the cross-field checks (the schema is ``dreamer/config.py``'s)."""
 
 from __future__ import annotations
 
@@ -48,11 +45,8 @@ def _parsed(override: str) -> tuple[str, Any]:
 
 
 def checked_overrides(overrides: list[str]) -> list[str]:
-    """Reject what Hydra would accept silently (``+new.key=1``) or explain badly.
-
-    Returns the overrides to hand to Hydra (``experiment=null`` dropped: it is the default,
-    and Hydra's compose rejects a null group override with a bare ValueError).
-    """
+    """Reject what Hydra would accept silently (``+new.key=1``) or explain badly; returns
+    the rest, less ``experiment=null`` (the default, which Hydra's compose rejects)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
 
@@ -152,8 +146,7 @@ def composition_error(e: Exception, env_name: str | None = None) -> ConfigError:
 
 
 def _check_world(cfg: DictConfig, ranks: int) -> None:
-    """``run.envs`` and ``replay.batch`` are the whole job's; each of ``ranks`` ranks
-    takes an equal share."""
+    """``run.envs`` and ``replay.batch`` are the job's, split evenly across ``ranks``."""
     for key, value in (("run.envs", cfg.run.envs), ("replay.batch", cfg.replay.batch)):
         if value % ranks:
             raise ConfigError(
@@ -266,11 +259,7 @@ def _validate(cfg: DictConfig, ranks: int) -> None:
 
 def load(overrides: list[str], check: bool = True) -> DictConfig:
     """Compose conf/config.yaml with Hydra-style ``overrides``, validate, derive, freeze.
-
-    The world size (``WORLD_SIZE`` from torchrun) takes part in validation. What the
-    machine must offer (CUDA, an env's or tracker's package) is checked where it is
-    needed: ``World.device``, ``learner_modes``, ``collect.check_machine``, ``EnvKind.check``,
-    ``start_trackers``."""
+    What the machine must offer (CUDA, packages) is checked where needed, not here."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
@@ -303,11 +292,9 @@ def finish(
     dict_values: Mapping[str, Any] = {},  # noqa: B006
     check: bool = True,
 ) -> DictConfig:
-    """A typed config (Hydra's composition by ``load`` or by ``-m``'s launcher for a sweep
-    job, each section typed by its schema, ``env`` by its option's; a saved run's, typed by
-    ``resume.saved``) as the run's config: exactly the schema's sections, ``dict_values``
-    set whole, validated and frozen. An ``env.name`` set apart from its ``env=`` option
-    is refused: the option's schema types the section."""
+    """A typed config (``load``'s, a sweep job's or ``resume.saved``'s) as the run's: the
+    schema's sections only, ``dict_values`` set whole, validated and frozen. An
+    ``env.name`` set apart from its ``env=`` option is refused: the option types ``env``."""
     from omegaconf.errors import OmegaConfBaseException
 
     env_name = composed.env.name
@@ -333,10 +320,9 @@ def parse_args(
     positional: str | None = None,
     cfg_flag: bool = False,
 ) -> tuple[list[str], str | None]:
-    """The one command-line parser of train, evaluate and export: ``key=value``
-    overrides (of ``allowed`` keys only, when given; a bare word is ``positional=word``),
-    ``-h``/``--help`` (prints ``usage_text``, exits 0) and, with ``cfg_flag``, ``--cfg
-    job``. Returns (overrides, the --cfg value or None); a bad one is a ``ConfigError``."""
+    """The command-line parser of train, evaluate and export: ``key=value`` overrides (of
+    ``allowed`` keys, when given; a bare word is ``positional=word``), ``-h`` and, with
+    ``cfg_flag``, ``--cfg job``. Returns (overrides, the --cfg value or None)."""
     overrides, show = [], None
     flags = "--cfg job, -h/--help" if cfg_flag else "-h/--help"
     args = iter(argv)

@@ -3,12 +3,9 @@
     python -m dreamer.evaluate run.logdir=<dir> [eval.episodes=N] [eval.checkpoint=FILE]
                                [eval.envs=N] [eval.max_steps=N] [eval.render_workers=N]
 
-Rebuilds the agent from the run's ``config.yaml``, loads the latest (or the named)
-checkpoint, plays ``eval.episodes`` episodes with the mode policy on the same eval path
-as training's periodic evaluation, and writes the reports to
-``<run.logdir>/evaluate/<env step>/``, beside (not over) the training run's own in
-``<run.logdir>/eval/``.
-"""
+Plays ``eval.episodes`` episodes of the latest (or the named) checkpoint with the mode
+policy, as training's periodic evaluation does, and writes the reports to
+``<run.logdir>/evaluate/<env step>/``, beside the training run's own ``eval/``."""
 
 from __future__ import annotations
 
@@ -39,9 +36,8 @@ OVERRIDABLE = (
 
 def evaluate(logdir: Path, reports: bool = False, pool=None, **eval_overrides):
     """Greedy episodes of the run's checkpoint (``eval.*`` overrides as keywords, e.g.
-    ``episodes=2``): an ``EvalResult``; with ``reports``, also writes
-    ``<logdir>/evaluate/<step>/`` (queued on ``pool``, which the caller closes, where one
-    is given: benchmarks/render.py's)."""
+    ``episodes=2``): an ``EvalResult``; with ``reports``, also writes them (queued on
+    ``pool`` where one is given; its caller closes it)."""
     # torch and torchrl: seconds; a command line that names no checkpoint is refused first
     from dreamer.agent.build import build_agent
     from dreamer.data.replay import SequenceReplay, action_heads

@@ -1,19 +1,15 @@
-"""The greedy acting policy as one file that plain PyTorch loads.
+"""The greedy acting policy as one ``torch.export`` file (``.pt2``: encoder, RSSM cell
+and actor) that torch alone loads and steps (docs/policy.md has a runnable example).
 
     python -m dreamer.export run.logdir=<dir> [export.path=FILE] [export.checkpoint=FILE]
-
-Writes a ``torch.export`` program (``.pt2``; encoder, RSSM cell and actor, no dreamer code
-needed to run it). Load and step it with torch alone:
 
     program = torch.export.load("policy.pt2").module()
     action, state, belief, previous_action = program(obs, state, belief, previous_action, is_init)
 
-``obs``: a dict of [B, ...] tensors; ``state``/``belief``/``previous_action``: float32
-zeros at the start, then the previous call's outputs; ``is_init``: [B] bool, True on an
-episode's first step. Every input's and output's shape and dtype are in the file's
-``dreamer.json``. docs/policy.md holds an example that runs as written.
-The latent is sampled from the posterior as in training (seed torch to reproduce a run).
-"""
+``obs``: a dict of [B, ...] tensors; ``state``/``belief``/``previous_action``: zeros at
+the start, then the previous call's outputs; ``is_init``: [B] bool, True on an episode's
+first step. Shapes and dtypes are in the file's ``dreamer.json``. The latent is sampled
+from the posterior as in training (seed torch to reproduce a run)."""
 
 from __future__ import annotations
 
@@ -67,8 +63,7 @@ def _mask_names(spaces: EnvSpaces) -> set[str]:
 
 
 def specs(tensors: dict[str, torch.Tensor]) -> dict[str, dict]:
-    """Each tensor's shape, its batch dimension named ``B``, and dtype (``float32``:
-    ``getattr(torch, dtype)`` gives it back)."""
+    """Each tensor's shape (batch dimension ``B``) and dtype (``getattr(torch, dtype)``)."""
     return {
         name: {"shape": ["B", *value.shape[1:]], "dtype": str(value.dtype).removeprefix("torch.")}
         for name, value in tensors.items()

@@ -1,9 +1,5 @@
-"""Every use of torchrl's private parts, in one module, each with why it is needed.
-
-torchrl is pinned exactly (``torchrl==0.14.1``); an upgrade audits this file and nothing
-else. Names are torchrl's without the underscore; functions take the public object and
-reach the private attribute.
-"""
+"""Every use of torchrl's private parts, each with why: torchrl is pinned exactly
+(``torchrl==0.14.1``) and an upgrade audits this file alone. Names drop torchrl's underscore."""
 
 from __future__ import annotations
 
@@ -21,25 +17,22 @@ from torchrl.modules.models.model_based import (
 from torchrl.objectives.dreamer_v3 import _match_trailing_dim, _replay_value_target
 from torchrl.weight_update.weight_sync_schemes import WeightStrategy
 
-# -- the DreamerV3 building blocks our own networks are made of (the multi-key
-# encoder/decoder, the official-style CNN, the masked actor) and that the loss's scans
-# recognises in torchrl's: torchrl exports the networks, not their layers and inits
+# -- the DreamerV3 layers and inits our networks use and the loss's scans recognise:
+# torchrl exports the networks, not their layers
 dreamer_v3_init = _dreamer_v3_init  # the official's truncated-normal init, linear layers
 dreamer_v3_conv_init = _dreamer_v3_conv_init  # the same for convolutions
 BlockLinear = _DreamerV3BlockLinear  # the block-diagonal GRU layer
 ChannelRMSNorm = _DreamerV3ChannelRMSNorm  # RMS norm over a feature map's channels
 RMSNorm = _DreamerV3RMSNorm
 
-# -- the loss's pieces computed torchrl's way, so the loss stays equal to torchrl's
-# (tests/test_fused.py) without a copy of torchrl's code
+# -- the loss's pieces computed torchrl's way: equal to its loss (tests/test_fused.py), no copy
 straight_through_categorical = _straight_through_categorical  # the RSSM state draw
 match_trailing_dim = _match_trailing_dim  # log-prob/entropy shapes against the returns
 replay_value_target = _replay_value_target  # the replay-value term's lambda returns
 
 
 def dist_sample(dist_module, dist) -> torch.Tensor:
-    """A draw from the actor's distribution as torchrl's actor loss makes it (rsample or
-    sample, per the module's settings): the loss's imagination keeps its random stream."""
+    """A draw as torchrl's actor loss makes it: the loss's imagination keeps its random stream."""
     return dist_module._dist_sample(dist, InteractionType.RANDOM)
 
 
@@ -54,8 +47,7 @@ def reduce_loss(value_loss, loss: torch.Tensor) -> torch.Tensor:
 
 
 def update_belief(prior, state, belief, action) -> torch.Tensor:
-    """One step of the prior's GRU on tensors: the acting step runs it without the
-    TensorDict wrapper torchrl's public forward needs."""
+    """One step of the prior's GRU on tensors, without the public forward's TensorDict."""
     return prior._update_belief(state, belief, action)
 
 
@@ -67,23 +59,18 @@ def collector_server_backend(collector) -> str:
 
 
 def inference_server(collector):
-    """The collector's inference server: its liveness and a weight push with our own
-    time-out (``update_policy_weights_`` waits 300 s on a stopped process)."""
+    """The collector's inference server: its liveness, and pushes with our own time-out."""
     return collector._server
 
 
-# Weights bound for the inference process are copied into shared memory by the calling
-# (the learner's) thread: its control queue pickles them later, in a feeder thread, where
-# an unshared tensor is copied there by a parallel op that starts an OpenMP team of its
-# own for the rest of the run, and past as many OpenMP threads as CPUs libgomp ignores
-# the spin the trainer chose for the learner (dreamer/runtime/openmp.py).
+# Weights for the inference process go to shared memory in the learner's thread: the queue's
+# feeder thread would copy them with a parallel op that starts an OpenMP team of its own, and
+# past one thread per CPU libgomp ignores the learner's spin (dreamer/runtime/openmp.py).
 
 
 def push_weights(collector, weights, timeout: float) -> None:
-    """``weights`` (read now) into the served policy: a shared-memory copy through the
-    inference process's own push (bounded by ``timeout``), flat (``flat_weights``), or,
-    for a server thread in the driver (grouped envs), copied under its model lock (which
-    bumps the policy version as a push does)."""
+    """``weights`` (read now) into the served policy: flat and shared through the inference
+    process's push (within ``timeout``), or copied under a driver server thread's model lock."""
     server = collector._server
     if hasattr(server, "update_model_weights"):
         server.update_model_weights(flat_weights(weights).share_memory_(), timeout=timeout)
@@ -100,10 +87,8 @@ FLAT = "flat"  # the key of a push's one tensor per dtype
 
 
 def flat_weights(weights: TensorDictBase) -> TensorDict:
-    """``weights`` as one tensor per dtype (leaves in sorted-name order). Pickled to the
-    inference process, each tensor's shared storage is one file descriptor passed
-    through the driver's resource sharer, a connection each: a push of the presets'
-    policies (35-49 tensors) took ~80 ms of the driver's loop, most of it that."""
+    """``weights`` as one tensor per dtype, leaves in sorted-name order: each shared tensor
+    pickled costs a resource-sharer connection (35-49 of them: ~80 ms of the driver's loop)."""
     names = sorted(weights.keys(True, True))
     by_dtype: dict[str, list[torch.Tensor]] = {}
     for name in names:
@@ -113,9 +98,8 @@ def flat_weights(weights: TensorDictBase) -> TensorDict:
 
 
 def load_policy_weights(model: torch.nn.Module, weights: TensorDictBase) -> None:
-    """The served policy's side of ``flat_weights`` (torchrl's inference process calls a
-    model's ``load_policy_weights`` with what a push sent); the start weights, sent by
-    name (``update_policy_weights_``), are applied as torchrl applies them."""
+    """The served policy's side of ``flat_weights`` (torchrl's inference process calls it
+    with what a push sent); start weights, sent by name, are applied as torchrl does."""
     if FLAT not in weights.keys():
         device = next(model.parameters()).device
         WeightStrategy(extract_as="tensordict").apply_weights(model, weights.to(device))
@@ -137,17 +121,15 @@ def load_policy_weights(model: torch.nn.Module, weights: TensorDictBase) -> None
 
 
 def share_pending_weights(collector) -> None:
-    """The copy of the weights ``update_policy_weights_`` keeps for the inference
-    process until it starts, moved into shared memory (see above)."""
+    """Moves the weights torchrl keeps for the starting inference process to shared memory."""
     pending = getattr(collector, "_pending_weights", None)
     if pending is not None:
         pending.share_memory_()
 
 
 def worker_pids(collector) -> list[int]:
-    """The env worker processes: torchrl's own, or with grouped envs
-    (``envs_per_worker`` > 1) those of its ``AsyncEnvPool``, whose list is named
-    ``threads``: the collector's workers are then driver threads feeding the pool."""
+    """The env worker processes: torchrl's own, or with grouped envs those of its
+    ``AsyncEnvPool`` (whose list is named ``threads``)."""
     workers = collector._workers
     if workers and not hasattr(workers[0], "pid"):
         workers = collector._env_pool.threads
@@ -155,14 +137,12 @@ def worker_pids(collector) -> list[int]:
 
 
 def inference_server_process(collector):
-    """The server's ``multiprocessing.Process`` (None for a server thread in the driver,
-    as with grouped envs): its pid for the log, its exit code to tell a killed server
-    from one torchrl shut down after a worker failed."""
+    """The server's ``multiprocessing.Process`` (None for a server thread in the driver):
+    its exit code tells a killed server from one torchrl shut down."""
     return getattr(collector._server, "_process", None)
 
 
-# -- the Evaluator's process backend: a thread driving a one-worker collector, built at
-# the first trigger; a dead eval process is seen only through them
+# -- the Evaluator's process backend: a dead eval process is seen only through these
 
 
 def evaluator_collector(evaluator):
@@ -174,14 +154,6 @@ def evaluator_thread(evaluator):
 
 
 # -- storage
-
-
-def reopen_memmap(storage, path, length: int) -> None:
-    """Map a ``LazyMemmapStorage``'s files again after a restart, holding ``length``
-    items: torchrl has no public "open existing memmap"."""
-    storage._storage = TensorDict.load_memmap(path)
-    storage.initialized = True
-    storage._len = length
 
 
 def gym_env(env):
@@ -206,17 +178,13 @@ def mlflow_logger(resume_id: str | None):
     return Resumable
 
 
-# -- where the collector's processes come from: torchrl's auto transport and its
-# inference server always use the spawn start method, and every spawned env worker then
-# imports torch and torchrl anew (~250 MB of private memory each, 16 workers: 4 GB);
-# forked from a forkserver that imported them once, the workers share those pages
+# -- torchrl's transport and inference server always spawn: each env worker imports torch and
+# torchrl anew (~250 MB private memory each); forked from a forkserver, they share those pages
 
 
 def start_from_forkserver(collector, preload: list[str]) -> None:
-    """Start ``collector``'s env workers and inference process (not yet started: they
-    start at its first iteration) from a forkserver that imports ``preload`` first.
-    The slot transport's shared primitives, made from the spawn context, pickle to
-    forkserver children as to spawned ones (both rebuild them by name)."""
+    """``collector``'s processes start (at its first iteration) from a forkserver importing
+    ``preload``; the slot transport's spawn-context primitives pickle to its children alike."""
     import multiprocessing
 
     context = multiprocessing.get_context("forkserver")

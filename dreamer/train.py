@@ -1,8 +1,7 @@
-"""``python -m dreamer.train [overrides]``: the command line read and checked, the
-env checked, then the run (``dreamer.training.loop``) with the collector's forkserver
-forked from this process once it has imported torch and torchrl.
-
-Reading the command line needs no torch: ``--help`` and a bad override answer at once."""
+"""``python -m dreamer.train [overrides]``: the command line and the env checked (no
+torch yet: ``--help`` and a bad override answer at once), then the run
+(``dreamer.training.loop``) with the collector's forkserver forked from this process
+once it has imported torch and torchrl."""
 
 from __future__ import annotations
 
@@ -24,9 +23,8 @@ from dreamer.training.resume import resolved_logdir, resumed, with_logdir
 
 
 def main(argv: list[str] | None = None, build=None, cfg: DictConfig | None = None) -> int:
-    """Returns 0 when done, REQUEUE_EXIT after SIGTERM/SIGUSR1 (checkpointed);
-    Ctrl-C checkpoints and raises KeyboardInterrupt; user errors exit 2.
-    ``build``: the run's parts (default ``dreamer.training.parts.build_parts``)."""
+    """``loop.run``'s exit code (2 for an env this machine cannot run); ``build``: the
+    run's parts (default ``dreamer.training.parts.build_parts``)."""
     argv = sys.argv[1:] if argv is None else argv
     signals.claim_stop_moment()
     if cfg is None:  # a sweep's job passes the config its launcher composed
@@ -43,8 +41,7 @@ def main(argv: list[str] | None = None, build=None, cfg: DictConfig | None = Non
 
 
 def from_argv(argv: list[str]) -> DictConfig:
-    """``python -m dreamer.train``'s command line: overrides plus ``--cfg job`` / ``-h``;
-    user errors exit 2 with one line."""
+    """The command line: overrides plus ``--cfg job`` / ``-h``; user errors exit 2."""
     try:
         overrides, show = parse_args(argv, usage, cfg_flag=True)  # usage(): --help only
         cfg = validated(resumed(load(overrides, check=False), overrides))  # a resume's: its run's

@@ -14,7 +14,6 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.data import LazyMemmapStorage, LazyTensorStorage
 
-from dreamer import torchrl_compat as compat
 from dreamer.outputs.logs import OutputError
 
 ENV_INDEX = "env_index"
@@ -161,7 +160,10 @@ class LegacyReplay:
             if self.written[stream] == 0:
                 continue
             length = int(min(on_disk[stream], self.per_stream))
-            compat.reopen_memmap(storage, self._stream_dir(stream), length)
+            # torchrl has no public "open existing memmap"
+            storage._storage = TensorDict.load_memmap(self._stream_dir(stream))
+            storage.initialized = True
+            storage._len = length
 
     def digest(self) -> str:
         """A checksum of the steps a sample can read, stream by stream, oldest first."""

@@ -1,5 +1,7 @@
 """Open-loop predictions: after the context they depend on actions, never on observations."""
 
+import json
+
 import numpy as np
 import torch
 
@@ -38,3 +40,21 @@ def test_crafter_score_is_the_geometric_mean_of_one_plus_rates():
     # one achievement always, the rest never: (101 ** (1 / 22)) - 1
     assert abs(crafter_score([100.0] + [0.0] * 21) - (101 ** (1 / 22) - 1)) < 1e-9
     assert crafter_score([50.0, 0.0]) < 25.0  # below the arithmetic mean
+
+
+def test_the_learning_curves_read_a_metrics_file_a_crash_cut_short(tmp_path):
+    """A run killed mid-write leaves half a line last in metrics.jsonl; the curves of an
+    evaluation of that run (``python -m dreamer.evaluate``) come from the whole rows
+    (the half line raised JSONDecodeError)."""
+    from dreamer.evaluation.reports import learning_curves
+
+    rows = [
+        {"env_steps": 100, "episode/return": 1.5, "episode/count": 2},
+        {"env_steps": 200, "eval/return": 3.0, "eval/episodes": 4},
+        {"env_steps": 300, "episode/return": 2.5, "episode/count": 3},
+    ]
+    whole = "".join(json.dumps(row) + "\n" for row in rows)
+    (tmp_path / "metrics.jsonl").write_text(whole + json.dumps(rows[0])[:17])
+    curves, labels = learning_curves(tmp_path / "metrics.jsonl")
+    assert curves == {"train": ([100, 300], [1.5, 2.5]), "eval": ([200], [3.0])}
+    assert labels["train"].startswith("train: 5 episodes")

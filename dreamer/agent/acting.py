@@ -1,10 +1,6 @@
-"""The greedy acting step as a plain tensor module, for ``torch.export``.
-
-The collector and ``dreamer.Policy`` act through a TensorDict policy (``acting_policy``
-in ``build.py``); ``torch.export`` needs tensors in and out, so this module calls the same
-torchrl-owned networks (encoder, RSSM prior and posterior, actor net) with the recurrent
-latent as explicit inputs and outputs, and turns the actor's output into the env's action.
-"""
+"""The greedy acting step as a plain tensor module, for ``torch.export`` (which needs
+tensors in and out, where the collector and ``dreamer.Policy`` act through a TensorDict
+policy): the same networks, with the recurrent latent as explicit inputs and outputs."""
 
 from __future__ import annotations
 
@@ -21,9 +17,8 @@ from dreamer.torchrl_compat import update_belief
 
 def env_action(action: torch.Tensor, spaces: EnvSpaces) -> torch.Tensor:
     """The actor's action (one-hot, concatenated one-hots, or a box vector) as the env
-    takes it: an index, one index per head, or the vector clipped to [-1, 1] and rescaled
-    to the env's bounds per dimension (what ``make_env``'s ``ClipTransform`` and
-    ``ActionScaling`` do to the collector's actions; unscaled for an unbounded box)."""
+    takes it: an index, one index per head, or the vector clipped and rescaled to the
+    env's bounds as ``make_env``'s transforms do (unscaled for an unbounded box)."""
     if spaces.action_heads:
         parts = action.split([head.size for head in spaces.action_heads], -1)
         return torch.stack([part.argmax(-1) for part in parts], -1)
@@ -37,11 +32,9 @@ def env_action(action: torch.Tensor, spaces: EnvSpaces) -> torch.Tensor:
 
 
 class GreedyActingStep(nn.Module):
-    """One greedy step: (observations, state, belief, previous action, is_init) ->
-    (env action, state, belief, action). ``is_init`` [B] bool starts a new episode (the
-    latent is zeroed first, as the collector's policy does). The stochastic latent is
-    sampled from the posterior as in training (torch's global RNG); the action is the
-    actor's mode."""
+    """One greedy step: (observations, state, belief, previous action, is_init) -> (env
+    action, state, belief, action). ``is_init`` [B] zeroes the latent first; the latent
+    is sampled from the posterior (torch's global RNG), the action is the actor's mode."""
 
     def __init__(self, policy: TensorDictSequential, spaces: EnvSpaces, unimix: float):
         super().__init__()
@@ -74,14 +67,11 @@ class GreedyActingStep(nn.Module):
         return env_action(action, self.spaces), state.float(), belief.float(), action
 
     def _greedy(self, state, belief, observations) -> torch.Tensor:
+        out = self.actor_net(state, belief)  # logits, or (mean, scale) for a box
         if self.spaces.action_heads:
-            logits = self.actor_net(state, belief)
             masks = {key: observations[key] for key in self.masks}
-            return MaskedMultiHead(
-                logits, self.spaces.action_heads, self.unimix, **masks
-            ).deterministic_sample
+            heads = MaskedMultiHead(out, self.spaces.action_heads, self.unimix, **masks)
+            return heads.deterministic_sample
         if self.spaces.discrete:
-            logits = self.actor_net(state, belief)
-            return functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
-        mean, _ = self.actor_net(state, belief)
-        return mean
+            return functional.one_hot(out.argmax(-1), out.shape[-1]).float()
+        return out[0]

@@ -57,9 +57,8 @@ class Agent:
     target_updater: SoftUpdate
 
     def loss_names(self, part) -> dict[str, str]:
-        """``part``'s state-dict names (a module the loss holds: the world model, actor,
-        value or the acting policy) -> the loss's names of the same tensors: the loss
-        owns every parameter, and its nesting is read off, not written out."""
+        """``part``'s state-dict names (the world model, actor, value or acting policy)
+        -> the loss's names of the same tensors (the loss owns every parameter)."""
         name_of = {id(value): name for name, value in self.loss.state_dict(keep_vars=True).items()}
         return {
             name: name_of[id(value)]
@@ -129,8 +128,7 @@ def _action_spec(spaces: EnvSpaces):
 
 
 def latent_sizes(model) -> tuple[int, int]:
-    """(stochastic state size, deterministic belief size) of a ``model`` config node: the
-    latent the acting policy carries from step to step."""
+    """(stochastic state size, deterministic belief size): the latent acting carries."""
     return model.stoch * model.classes, model.deter
 
 
@@ -193,19 +191,14 @@ def acting_policy(
 def build_acting(model, spaces: EnvSpaces) -> TensorDictSequential:
     """Only what acting needs (encoder, RSSM cell, actor): no decoder, heads or loss."""
     encoder, prior, posterior = build_rssm(model, spaces)
-    state_dim, _ = latent_sizes(model)
-    actor = make_actor(spaces, state_dim + model.deter, model)
+    actor = make_actor(spaces, sum(latent_sizes(model)), model)
     return acting_policy(encoder, prior, posterior, actor, [key.name for key in spaces.obs])
 
 
 def build_agent(model, learner, spaces: EnvSpaces) -> Agent:
-    """Build every network and the DreamerV3 loss from the ``model`` and ``learner``
-    config nodes (attribute access: deter, hidden, stoch, classes, ...). Data-parallel
-    ranks build the same loss: each imagines from the last ``learner.imag_last`` steps
-    of its own sequences. The networks are made in one fixed order (a seed gives the
-    same weights)."""
-    state_dim, _ = latent_sizes(model)
-    features = state_dim + model.deter
+    """Every network and the DreamerV3 loss from the ``model`` and ``learner`` config
+    nodes, made in one fixed order (a seed gives the same weights)."""
+    state_dim, features = latent_sizes(model)[0], sum(latent_sizes(model))
     obs_names = [key.name for key in spaces.obs]
     encoder, prior, posterior = build_rssm(model, spaces)
     decoder = MultiDecoder(
@@ -252,8 +245,7 @@ def build_agent(model, learner, spaces: EnvSpaces) -> Agent:
 def _build_world_model(
     model, spaces, encoder, prior, posterior, decoder, reward_net, reward_decode, continue_net
 ):
-    """torchrl's world model on replayed sequences (the model loss's reference: encoder,
-    RSSM rollout from zeros, decoder, reward and continue heads)."""
+    """torchrl's world model on replayed sequences (RSSM rollout from zeros)."""
     obs_names = [key.name for key in spaces.obs]
     next_latent = [("next", "state"), ("next", "belief")]
     return TensorDictSequential(
@@ -286,8 +278,7 @@ def _build_world_model(
 
 
 def _imagination(model, spaces: EnvSpaces, prior, reward_net, continue_net):
-    """torchrl's imagination env (the prior stepped with the reward head) and the
-    continuation model the actor loss discounts with."""
+    """torchrl's imagination env and the continuation model the actor loss discounts with."""
     state_dim, _ = latent_sizes(model)
     imagination = WorldModelWrapper(
         TensorDictModule(
@@ -314,8 +305,7 @@ def _imagination(model, spaces: EnvSpaces, prior, reward_net, continue_net):
 def _loss(
     model, learner, spaces, world_model, actor, value, imagination_env, continuation, networks
 ):
-    """torchrl's three DreamerV3 losses, unweighted, in ``DreamerLoss`` (which weighs
-    them with ``learner.loss_scales`` in ``weighted_terms``)."""
+    """torchrl's three DreamerV3 losses, unweighted, in ``DreamerLoss`` (which weighs them)."""
     obs_names = [key.name for key in spaces.obs]
     model_loss = DreamerV3ModelLoss(
         world_model,
@@ -349,8 +339,7 @@ def _loss(
         value_loss="two_hot",
         actor_loss=actor_loss,
         num_value_bins=model.bins,
-        # any weight > 0 creates the slow critic's parameters (checkpointed, tracked by
-        # SoftUpdate); the weight itself is set below, so slowreg=0 keeps the same modules
+        # any weight > 0 makes the slow critic's modules; set below, slowreg=0 keeps them
         slow_critic_regularization=1.0,
     )
     value_loss.slow_critic_regularization = learner.slowreg

@@ -1,23 +1,11 @@
-"""The DreamerV3 author's default image CNNs (``enc.simple.strided: False``,
-``dec.simple.strided: False`` in the author's configs.yaml), selected by
-``model.cnn_strided=false``.
+"""The DreamerV3 author's default image CNNs (``{enc,dec}.simple.strided: False``),
+selected by ``model.cnn_strided=false``: per stage a kernel-5 stride-1 convolution and
+a 2x2 max-pool (encoder), or a 2x nearest-neighbour upsample and the convolution
+(decoder), each at its input's full resolution (4x the FLOPs of torchrl's strided CNNs).
 
-Encoder, per stage: a kernel-5 stride-1 "same" convolution, a 2x2 max-pool (halves the
-resolution), channel RMS norm, SiLU. Decoder: the latent projected to the smallest
-feature map (the belief through an 8-block linear layer laid out block-major over the
-channels, plus the stochastic state through a two-layer MLP, then RMS norm and SiLU),
-then per stage a nearest-neighbour 2x upsample and a kernel-5 stride-1 convolution,
-with RMS norm and SiLU on every stage but the last, and a sigmoid on the image.
-Channels are ``depth * mults`` as in torchrl's CNNs, weights truncated-normal with
-fan-in scaling, biases zero. Every convolution runs at its input's full resolution
-where torchrl's strided ones run at the halved one: 4x the convolution FLOPs.
-
-Why not torchrl's ``DreamerV3ImageEncoder``/``DreamerV3ImageDecoder``: both hard-code
-stride 2 (no pooling stage; the decoder is built of stride-2 transposed convolutions,
-whose weights cannot serve as the upsample + convolution stage) and the decoder
-projects the concatenated latent through one block-linear layer. Their building
-blocks (channel RMS norm, block-linear layer, the DreamerV3 initialisers) are reused.
-"""
+torchrl's ``DreamerV3ImageEncoder``/``DreamerV3ImageDecoder`` hard-code stride 2 (the
+decoder's transposed convolutions cannot serve as upsample + convolution) and project
+the concatenated latent through one block-linear layer; their building blocks are reused."""
 
 from __future__ import annotations
 
@@ -44,10 +32,9 @@ def _check(depth: int, mults: tuple[int, ...], kernel_size: int) -> None:
 
 
 class PoolingImageEncoder(nn.Module):
-    """Image ``(*batch, C, H, W)`` (uint8 in [0, 255] or float in [0, 1]) to the
-    flattened last feature map ``(*batch, output_features((C, H, W)))``; same interface
-    as torchrl's ``DreamerV3ImageEncoder``. H and W must be divisible by
-    ``2 ** len(mults)``."""
+    """Image ``(*batch, C, H, W)`` (uint8 or float in [0, 1]) to the flattened last
+    feature map ``(*batch, output_features((C, H, W)))``, as torchrl's
+    ``DreamerV3ImageEncoder``; H and W must be divisible by ``2 ** len(mults)``."""
 
     def __init__(
         self,
@@ -92,13 +79,9 @@ class PoolingImageEncoder(nn.Module):
 
 
 class UpsamplingImageDecoder(nn.Module):
-    """``(state, belief)`` (stochastic ``(*batch, state_features)`` and deterministic
-    ``(*batch, belief_features)`` latents) to an image ``(*batch, C, H, W)`` in (0, 1),
-    the scale of targets divided by 255.
-
-    ``num_blocks`` must divide ``belief_features`` and the smallest map's channels
-    ``depth * mults[-1]`` (the author's ``bspace``: 8); H and W must be divisible by
-    ``2 ** len(mults)``."""
+    """Latents ``state`` and ``belief`` to an image ``(*batch, C, H, W)`` in (0, 1).
+    ``num_blocks`` (the author's ``bspace``) must divide ``belief_features`` and
+    ``depth * mults[-1]``; H and W must be divisible by ``2 ** len(mults)``."""
 
     def __init__(
         self,

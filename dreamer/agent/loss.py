@@ -1,13 +1,7 @@
-"""The whole DreamerV3 loss, ``DreamerLoss.forward``: the official ``dreamerv3/agent.py``'s
-three sections (world model, imagination, replay), each term times its
-``learner.loss_scales`` entry (``weighted_terms``), on every device and precision.
+"""The DreamerV3 loss: the official agent's terms, each times its ``learner.loss_scales`` entry.
 
-torchrl's ``DreamerV3ModelLoss`` / ``ActorLoss`` / ``ValueLoss`` own every parameter and
-buffer (checkpoints are theirs) and are the reference: tests/test_fused.py holds each
-term and each gradient equal to theirs (``tests/torchrl_reference.py``) with the same
-random draws. The sequential parts run as tensor scans (``dreamer/agent/scans.py``, which
-says why); the networks come by name (``Networks``), not from torchrl's module order.
-"""
+torchrl's ``DreamerV3ModelLoss`` / ``ActorLoss`` / ``ValueLoss`` own every parameter and buffer
+and are the reference (tests/test_fused.py); the sequential parts run as scans (``scans.py``)."""
 
 from __future__ import annotations
 
@@ -33,33 +27,23 @@ from dreamer.torchrl_compat import (
 
 
 def weighted_terms(terms: dict[str, torch.Tensor], scales: dict[str, float]) -> dict:
-    """The weighted entries torchrl's stepper sums into the total it minimises.
-
-    ``terms``: each of the eight unweighted scalar losses under its official name;
-    ``scales``: ``learner.loss_scales``. ``learner.free_nats`` and ``learner.slowreg``
-    shape the terms themselves (the KL clip, the slow-critic pull of both critics).
-    """
+    """The weighted entries torchrl's stepper sums into the total it minimises; ``terms``:
+    the eight unweighted losses by official name, ``scales``: ``learner.loss_scales``."""
     return {
-        # World model: reconstruct the observations, predict reward and continuation,
-        # keep the prior close to the posterior (dyn) and the posterior predictable (rep)
         "loss_model_reco": scales["rec"] * terms["rec"],
         "loss_model_reward": scales["rew"] * terms["rew"],
         "loss_model_continue": scales["con"] * terms["con"],
         "loss_model_dynamic": scales["dyn"] * terms["dyn"],
         "loss_model_representation": scales["rep"] * terms["rep"],
-        # Imagination: the actor on imagined returns (REINFORCE with an entropy bonus),
-        # the critic on the same returns
         "loss_actor": scales["policy"] * terms["policy"],
         "loss_value": scales["value"] * terms["value"],
-        # Replay: the critic on replayed states, bootstrapped from their imagined returns
         "loss_replay_value": scales["repval"] * terms["repval"],
     }
 
 
 @dataclass
 class Networks:
-    """The networks the loss runs, by what they compute (``build_agent`` names them);
-    their parameters are the torchrl losses' own."""
+    """The networks the loss runs, by role; their parameters are the torchrl losses'."""
 
     obs_keys: list  # the replayed observations the encoder reads, in its argument order
     encoder: nn.Module
@@ -75,19 +59,14 @@ class Networks:
 
 
 class DreamerLoss(DreamerV3Loss):
-    """torchrl's three DreamerV3 losses composed as the official agent: every term
-    unweighted by torchrl (its model loss is built with weights 1) and weighed here, and
-    ``imag_last`` (``learner.imag_last``): imagination starts from the last K replayed
-    steps of every sequence (0: all of them), and the replay-value term learns on those
-    K steps, bootstrapped from their imagined returns. ``precision`` (``"bf16"``) runs
-    the forward under bf16 autocast on any device (torchrl's stepper autocasts CUDA only).
-    """
+    """torchrl's three DreamerV3 losses composed as the official agent, each term weighed here
+    (torchrl's weights are 1). ``imag_last``: imagination and the replay-value term start from
+    each sequence's last K steps (0: all). ``precision="bf16"`` autocasts on any device."""
 
     def __init__(
         self, *args, networks: Networks, scales: dict[str, float], imag_last: int = 0, **kwargs
     ):
-        # the replay-value term is computed only where it weighs something; torchrl's
-        # weight is a 1/0 switch here: learner.loss_scales weighs it (weighted_terms)
+        # torchrl's weight only switches the replay-value term on; loss_scales weighs it
         learns_replay_value = scales["repval"] > 0
         super().__init__(*args, replay_value_loss_weight=float(learns_replay_value), **kwargs)
         self.learns_replay_value = learns_replay_value
@@ -104,17 +83,9 @@ class DreamerLoss(DreamerV3Loss):
         self.precision = "fp32"
 
     def compile_steps(self, behavior: bool, backend: str | Callable = "inductor") -> None:
-        """torch.compile the rollouts' step functions: small graphs, compiled once and
-        called 64 and 15 times per update (regional compilation), that fuse the
-        elementwise chains of every step. With ``behavior``, also everything after
-        imagination (``_behavior``): one loop-free graph over all imagined states that
-        fuses the heads' and the losses' elementwise work; it draws nothing at random
-        (the actors' distributions here have analytic entropies). Each graph is compiled
-        whole (``fullgraph``): a graph break is an error. The batched parts (encoder,
-        decoder, reconstruction) stay eager: compiling them gained little and doubled
-        the cold compile (benchmarks/README.md at commit 0df1f98, "Learner modes").
-        ``backend``: torch.compile's (tests count graphs with a counting one, or trace
-        without inductor)."""
+        """torch.compile the rollouts' step functions and, with ``behavior``, ``_behavior`` (one
+        loop-free graph, drawing nothing: the entropies are analytic); the encoder and decoder
+        stay eager (compiled, they doubled the cold compile). ``backend``: tests count graphs."""
         self.cell.compile(backend)
         if behavior:
             self._behavior = torch.compile(
@@ -122,11 +93,8 @@ class DreamerLoss(DreamerV3Loss):
             )
 
     def _apply(self, fn):
-        """``.to(device)``, ``.double()``, ... reach what torchrl keeps outside the module
-        tree: the imagination env (its ``device``, where torchrl's rollout puts every
-        imagined state) and the buffers of modules held only in an attribute (the value
-        head's ``SymExpTwoHot`` ``bins``; their parameters are the loss's own, already
-        converted)."""
+        """Also converts what torchrl keeps outside the module tree: the imagination env's
+        ``device`` and buffers of modules held in attributes (the value head's ``bins``)."""
         result = super()._apply(fn)
         for module in off_tree_modules(self):
             for name, buffer in module.named_buffers(recurse=False):
@@ -144,10 +112,7 @@ class DreamerLoss(DreamerV3Loss):
         bf16 = self.precision == "bf16"
         autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else None
         with autocast or contextlib.nullcontext():
-            # World model: the posterior over the replayed sequences and its five terms
             terms, states, beliefs, wm_features = self._world_model(sample)
-
-            # Imagination from the (last ``imag_last``) replayed states, without autograd
             last = imagined_steps(self.imag_last, batch[-1])
             start_state, start_belief = finite_starts(states, beliefs)
             if last is not None:
@@ -160,9 +125,6 @@ class DreamerLoss(DreamerV3Loss):
                 start_belief.reshape(-1, beliefs.shape[-1]),
                 self.actor_loss.imagination_horizon,
             )
-
-            # Behaviour and replay: actor and critic on the imagined returns, the critic
-            # on the replayed states, every term weighed: one graph
             result = self._behavior(
                 terms,
                 states,
@@ -192,9 +154,8 @@ class DreamerLoss(DreamerV3Loss):
         action = sample.get("action")
         if reset is None:
             reset = torch.zeros(*batch, 1, dtype=torch.bool, device=action.device)
-        # every window starts from the zero latent, as ZeroStartRollout (rollout.py); in
-        # bf16 the state in bf16, as the posterior's samples are (one-hot: exact), so a
-        # compiled posterior step sees one dtype
+        # every window starts from the zero latent (ZeroStartRollout); in bf16 the state is
+        # bf16 as the posterior's samples are (one-hot: exact): a compiled step sees one dtype
         start = batch[:-1]
         state_dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32
         states, beliefs, posterior_logits = self.cell.observe(
@@ -260,8 +221,7 @@ class DreamerLoss(DreamerV3Loss):
     # -- imagination ---------------------------------------------------------------
     @torch.no_grad()
     def _imagine(self, state: torch.Tensor, belief: torch.Tensor, horizon: int):
-        """[N, H+1, state + belief] imagined features (the start included), written in
-        place step by step, and [N, H] actions."""
+        """[N, H+1, state + belief] imagined features (the start included), [N, H] actions."""
         split = self.cell._split_first_layer()
         size = state.shape[-1]
         features = state.new_empty(state.shape[0], horizon + 1, size + belief.shape[-1])
@@ -279,10 +239,8 @@ class DreamerLoss(DreamerV3Loss):
         return nets.value_decode(head_output(nets.value, state, belief, features).float())
 
     def _slow_value(self, state, belief, features=None) -> torch.Tensor:
-        # not tensordict's ``with params.to_module(...)``: after an exception its exit
-        # leaves the slow weights in the critic as plain tensors, its Parameters gone
-        # (the final checkpoint would save that), and it turns Ctrl-C into a RuntimeError
-        # (it returns a TensorDict, whose truth value raises)
+        # not ``with params.to_module(...)``: after an exception it leaves the slow weights in
+        # the critic (the final checkpoint saves them), and it turns Ctrl-C into a RuntimeError
         value_loss = self.value_loss
         critic = value_loss.value_model
         fast = value_loss.target_value_model_params.to_module(critic, preserve_module_state=False)
@@ -293,9 +251,8 @@ class DreamerLoss(DreamerV3Loss):
             fast.to_module(critic, return_swap=False, preserve_module_state=False)
 
     def _returns(self, im_states, im_beliefs, features, horizon: int):
-        """The critic's logits on every imagined state (with gradients for its loss on
-        states 0..H-1; detached for the bootstrap values and the baseline), and the
-        actor's targets: lambda returns, baseline, discount and continuation."""
+        """The critic's logits on every imagined state (with gradients), and the detached
+        targets: lambda returns, baseline, discount and continuation."""
         actor_loss, nets = self.actor_loss, self.networks
         value_logits_all = head_output(nets.value, im_states, im_beliefs, features).float()
         with torch.no_grad():
@@ -319,9 +276,8 @@ class DreamerLoss(DreamerV3Loss):
     def _behavior(
         self, terms, states, beliefs, wm_features, features, actions, reward, done, terminated, last
     ) -> dict[str, torch.Tensor]:
-        """Everything after imagination: the heads on the imagined states, the actor's
-        and the critic's losses, the replay-value loss, and the weighted sum of all
-        terms: one graph for ``compile_steps``."""
+        """Everything after imagination: the heads, the actor, critic and replay-value
+        losses, and the weighted terms; one graph for ``compile_steps``."""
         actor_loss, value_loss = self.actor_loss, self.value_loss
         horizon = actions.shape[1]
         size = states.shape[-1]
@@ -382,9 +338,8 @@ class DreamerLoss(DreamerV3Loss):
     def _replay_value(
         self, reward, done, terminated, states, beliefs, features, lambda_target, last
     ) -> torch.Tensor:
-        """torchrl's replay-value term: the critic on the posterior states (gradients
-        reach the world model), bootstrapped from each state's first imagined return;
-        on the ``last`` steps of every sequence that imagination started from (None: all)."""
+        """torchrl's replay-value term on the ``last`` steps (None: all): the critic on the
+        posterior states, bootstrapped from each state's first imagined return."""
         value_loss = self.value_loss
         if not self.learns_replay_value:
             return states.new_zeros((), dtype=torch.float32)
@@ -414,26 +369,21 @@ class DreamerLoss(DreamerV3Loss):
 
 
 def finite_starts(state: torch.Tensor, belief: torch.Tensor):
-    """Imagination's start states, detached; all zeros where any value is NaN or Inf.
-
-    A world model that overflowed already makes the total non-finite, so the optimizer
-    skips the update (``AveragingSkippingOptimizer``); from such starts the actor's sampler would
-    raise on NaN logits before any gradient exists. The check is a tensor, no sync."""
+    """Imagination's start states, detached; all zeros if any is NaN/Inf (no sync): the update
+    is skipped then, and the actor's sampler would raise on NaN logits first."""
     state, belief = state.detach(), belief.detach()
     finite = torch.isfinite(state).all() & torch.isfinite(belief).all()
     return torch.where(finite, state, 0.0), torch.where(finite, belief, 0.0)
 
 
 def imagined_steps(imag_last: int, length: int) -> int | None:
-    """How many of a sequence's last steps imagination starts from; None: all of them
-    (``learner.imag_last`` 0, or not less than the sequence)."""
+    """How many last steps imagination starts from; None: all (``imag_last`` 0 or >= length)."""
     return imag_last if 0 < imag_last < length else None
 
 
 def off_tree_modules(root: torch.nn.Module) -> list[torch.nn.Module]:
-    """Modules reachable from ``root`` but not in its tree (torchrl's losses keep the
-    source modules of their functional copies in plain attributes), which
-    ``root._apply`` does not visit: each once."""
+    """Modules reachable from ``root`` outside its tree, each once: torchrl's losses keep
+    their functional copies' sources in plain attributes, which ``_apply`` does not visit."""
     seen = {id(module) for module in root.modules()}
     found, queue = [], [*root.modules()]
     while queue:

@@ -1,22 +1,12 @@
-"""A DreamerV3 actor for masked multi-head discrete actions.
+"""A DreamerV3 actor for masked multi-head discrete actions (MineDojo's), which torchrl's
+``DreamerV3DiscreteActor`` (one categorical, no masks) cannot express.
 
-torchrl's ``DreamerV3DiscreteActor`` samples one categorical over a flat action set and
-knows no masks. Environments like MineDojo act through several heads (what to do,
-which item to craft, which item to use) where an argument head only matters after
-some choices of the first head, and where the environment rejects invalid choices.
-
-The layout: head 0 is the *root*; every other head is either always used, or
-*gated*: used only after given root choices, each with its own mask (MineDojo's item
-head is masked by the equip mask after "equip", by the place mask after "place").
-Masks are boolean observation entries; where one is absent (imagined states have no
-observations) every choice is valid. A root choice whose gated heads have no valid
-argument is itself invalid, so a sampled action is always one the env accepts.
-
-Unimix mixes in the uniform distribution over the *valid* choices only, so masked
-choices keep probability exactly zero. The log-probability and entropy are those of
-the joint action: a gated head counts only where it is used, and its entropy is
-weighted by the probability of the root choices that use it.
-"""
+Head 0 is the *root*; every other head is always used or *gated*: used only after given
+root choices, each with its own mask (a boolean observation entry; absent, as in
+imagined states: all valid). A root choice whose gated heads have no valid argument is
+invalid, so a sampled action is always one the env accepts. Unimix mixes in the uniform
+over valid choices only. Log-probability and entropy are the joint action's: a gated
+head counts only where used, its entropy weighted by its root choices' probability."""
 
 from __future__ import annotations
 
@@ -39,9 +29,8 @@ from dreamer.torchrl_compat import dreamer_v3_init
 
 
 def _mixed_log_probs(logits: torch.Tensor, valid: torch.Tensor, unimix: float) -> torch.Tensor:
-    """Log of (1 - unimix) * masked softmax + unimix * uniform over the valid choices;
-    -inf exactly on invalid ones. A row without any valid choice is left unmasked
-    (only reachable for a root choice that is itself invalid, so never sampled)."""
+    """Log of (1 - unimix) * masked softmax + unimix * uniform over the valid choices; -inf
+    on invalid ones (a row with none valid, for an invalid root choice, is left unmasked)."""
     valid = valid | ~valid.any(-1, keepdim=True)
     probs = torch.softmax(logits.masked_fill(~valid, float("-inf")), -1)
     if unimix:
@@ -176,8 +165,7 @@ class _AllValidIfAbsent(TensorDictModuleBase):
 
 
 class _LogitsNet(nn.Module):
-    """torchrl's DreamerV3 actor trunk (RMS-norm SiLU MLP, belief before state, output
-    scaled by 0.01 at init) with one linear output over all heads."""
+    """torchrl's DreamerV3 actor trunk with one linear output over all heads."""
 
     def __init__(self, in_features: int, out_features: int, depth: int, units: int):
         super().__init__()

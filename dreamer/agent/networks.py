@@ -1,11 +1,6 @@
-"""Networks torchrl does not ship: multi-key observation encoder and decoder, and a
-continuous actor head. Everything else (RSSM, CNNs, MLPs, discrete actor) is torchrl's,
-but for the author's default stride-1 CNNs (``model.cnn_strided=false``, ``cnn.py``).
-
-torchrl's DreamerV3 modules take one image or one vector; real environments (MineDojo,
-robotics) give several keys at once, so these modules route each key to the matching
-torchrl network and concatenate (encoder) or split (decoder) the features.
-"""
+"""Networks torchrl does not ship: a multi-key observation encoder and decoder (torchrl's
+DreamerV3 modules take one image or one vector, MineDojo or robotics give several keys)
+and a continuous actor head. The author's stride-1 CNNs are in ``cnn.py``."""
 
 from __future__ import annotations
 
@@ -26,11 +21,8 @@ def _channels_first(image: torch.Tensor) -> torch.Tensor:
 
 
 class MultiEncoder(nn.Module):
-    """Images through torchrl's CNN (``strided``; else the author's default stride-1
-    CNN, ``cnn.py``), symlog vectors through an MLP, concatenated.
-
-    Inputs come in the order of ``spaces.obs``.
-    """
+    """Images through a CNN, symlog vectors through an MLP, concatenated; inputs come in
+    the order of ``spaces.obs``."""
 
     def __init__(
         self, spaces: EnvSpaces, cnn_depth: int, units: int, layers: int, strided: bool = True
@@ -62,13 +54,8 @@ class MultiEncoder(nn.Module):
 
 
 class MultiDecoder(nn.Module):
-    """Reconstructs every observation key from the latent features.
-
-    Images come out HWC in [0, 1] scale (compared with target / 255); vectors come
-    out through symexp so the loss's symlog compares them in symlog space. Images
-    through torchrl's CNN (``strided``; else the author's default stride-1 CNN, whose
-    input projection takes state and belief apart, ``cnn.py``).
-    """
+    """Reconstructs every observation key from the latent: images HWC in [0, 1] (compared
+    with target / 255), vectors through symexp (the loss compares them in symlog space)."""
 
     def __init__(
         self,
@@ -80,8 +67,7 @@ class MultiDecoder(nn.Module):
         strided: bool = True,
         state_features: int | None = None,
     ):
-        """``state_features``: the stochastic state's size (``in_features`` less the
-        belief's); needed when not ``strided``."""
+        """``state_features``: the stochastic state's size, needed when not ``strided``."""
         super().__init__()
         self.kinds = [key.kind for key in spaces.obs]
         self.strided = strided

@@ -1,20 +1,7 @@
-"""The DreamerV3 loss's sequential parts as plain-tensor functions over torchrl's
-networks (``dreamer/agent/loss.py`` runs them): they read the modules' parameters at
-each call and own nothing, so checkpoints are torchrl's.
-
-Why not torchrl's own rollouts (tests/test_fused.py holds these equal to them):
-
-- the 64-step posterior rollout is one RSSM cell applied per step on tensors; the
-  parts that do not depend on the recurrence (action projection, the observation
-  half of the posterior's first layer, the prior head, decoder, reward and continue
-  heads) run once over all B x T steps;
-- the block GRU's first layer multiplies the shared (belief, state, action) features
-  once instead of once per block on a repeated copy (same weights, same sum);
-- torchrl's imagination steps a ``DreamerEnv`` with a TensorDict policy per step,
-  builds the autograd graph through it and calls each head per step; here it is a
-  tensor loop without autograd (torchrl detaches every imagined quantity before a loss
-  uses it, so no gradient can flow there) and the heads run once over all steps.
-"""
+"""The DreamerV3 loss's sequential parts as tensor functions over torchrl's networks,
+reading their parameters at each call and owning nothing. Not torchrl's rollouts
+(tests/test_fused.py holds these equal): what does not depend on the recurrence runs once
+over all B x T steps, and imagination runs without autograd (torchrl detaches it all)."""
 
 from __future__ import annotations
 
@@ -34,12 +21,8 @@ from dreamer.torchrl_compat import (
 def two_hot_cross_entropy(
     logits: torch.Tensor, target: torch.Tensor, bins: torch.Tensor
 ) -> torch.Tensor:
-    """torchrl's ``two_hot_cross_entropy`` without its dense two-hot target: the
-    log-probabilities of the two bins around each target, weighted; the same values and
-    gradients (tests/test_fused.py). Compiled, torchrl's form found each target's bin
-    again for every one of the 255 bins it scattered into: one kernel of 37 ms in a
-    0.65 s update (15,360 imagined targets, one AMD EPYC thread), 13 ms here; the update
-    1.5-3% faster (benchmarks/README.md at commit 951c5f7, "Where ours' update goes")."""
+    """torchrl's ``two_hot_cross_entropy`` (same values and gradients) on the two bins around
+    each target, not a dense two-hot target: compiled, torchrl's took 37 ms, this 13 ms."""
     if target.shape == (*logits.shape[:-1], 1):
         target = target.squeeze(-1)
     bins = bins.to(device=target.device, dtype=target.dtype)
@@ -68,11 +51,9 @@ def _block_linear(value: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     return value if bias is None else value + bias.to(value.dtype)
 
 
-# MKL's fp32 product is slow on an output width that is not a multiple of 16: the
-# two-hot heads' last layer (64 -> 255 bins) over 15,360 imagined states took 14.8 ms
-# against 6.5 ms for 64 -> 256 (one AMD EPYC thread; 5.1 / 3.3 ms at two). Such a layer
-# multiplies weights padded with zero rows and slices the padding off its output: each
-# output is its own row's dot product, the same values (tests/test_fused.py).
+# MKL's fp32 product is slow on output widths not a multiple of 16 (the two-hot heads'
+# 64 -> 255 layer: 14.8 ms against 6.5 ms for 256), so such a layer multiplies weights
+# padded with zero rows and slices the padding off: the same values (tests/test_fused.py).
 PAD_OUTPUTS = 16
 PADDED_FROM = 128  # narrower layers (the actor's means and scales) are left as they are
 
@@ -88,8 +69,7 @@ def _linear(value: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
 
 
 def _run(layers: nn.Sequential, value: torch.Tensor) -> torch.Tensor:
-    """A torchrl Sequential of Linear / RMSNorm / SiLU / block-linear layers, without
-    the per-module call overhead."""
+    """A torchrl Sequential run without the per-module call overhead."""
     for layer in layers:
         if type(layer) is nn.Linear:
             value = _linear(value, layer)
@@ -105,11 +85,7 @@ def _run(layers: nn.Sequential, value: torch.Tensor) -> torch.Tensor:
 
 
 class RSSMCell:
-    """torchrl's ``RSSMPriorV3`` (block GRU) and ``RSSMPosteriorV3`` as tensor functions.
-
-    Reads the modules' parameters at each call, so optimizer steps and
-    ``load_state_dict`` are seen; owns nothing.
-    """
+    """torchrl's ``RSSMPriorV3`` (block GRU) and ``RSSMPosteriorV3`` as tensor functions."""
 
     def __init__(self, prior: nn.Module, posterior: nn.Module):
         if prior.recurrent_model != "block_gru":
@@ -126,9 +102,8 @@ class RSSMCell:
 
     # -- pieces of the block GRU's first layer -----------------------------------
     def _split_first_layer(self):
-        """The first block-linear layer as (belief weights per block, dense weights of
-        the belief, state and action projections, bias): each block sees its belief
-        slice and the same features, so the feature part is one dense product."""
+        """The first block-linear layer as (belief weights per block, dense feature weights
+        of belief, state and action, bias): every block sees the same features."""
         layer = self.rnn.hidden_layers[0]
         weight = layer.weight  # [blocks, belief/blocks + 3 * hidden, out/blocks]
         per_block = self.deter // self.blocks
@@ -138,9 +113,7 @@ class RSSMCell:
         return on_belief, features[:h], features[h : 2 * h], features[2 * h :], layer.bias
 
     def action_term(self, action: torch.Tensor, split) -> torch.Tensor:
-        """The action's contribution to the GRU's first layer, bias included; it does
-        not depend on the recurrence, so the posterior rollout computes it for all
-        steps at once."""
+        """The action's term in the GRU's first layer, bias included (for all steps at once)."""
         action = action / action.detach().abs().clamp_min(1)
         projected = _run(self.rnn.action_projection, action)
         return projected @ split[3] + split[4]
@@ -181,8 +154,7 @@ class RSSMCell:
         if not action.is_floating_point():
             action = action.to(belief.dtype)
         length = action.shape[-2]
-        # torchrl's rollout draws one uniform per categorical, for the prior (unused)
-        # and the posterior, in one call: the same call keeps the random stream.
+        # one draw for prior (unused) and posterior, as torchrl's: the same random stream
         uniforms = torch.rand(
             length, 2, *action.shape[:-2], self.prior.num_categoricals, device=action.device
         )
@@ -224,8 +196,7 @@ class RSSMCell:
 
     def imagine_step(self, state, belief, action, split) -> tuple[torch.Tensor, torch.Tensor]:
         """One prior step (the imagination env's step): next state and belief."""
-        # the draw straight_through_categorical would make, made here: a compiled
-        # prior step then consumes torch's random stream as the eager one does
+        # drawn here, not in the compiled step, which then keeps the eager random stream
         uniform = torch.rand(*state.shape[:-1], self.prior.num_categoricals, device=state.device)
         return self.prior_step(state, belief, action, uniform, split)
 
@@ -236,16 +207,14 @@ class RSSMCell:
         return self.sample(self.prior_logits(belief), self.prior.unimix, uniform), belief
 
     def compile(self, backend="inductor") -> None:
-        """Compile the two per-step functions (small graphs, one per shape) that the
-        rollouts call 64 and 15 times per update."""
+        """Compile the per-step functions the rollouts call 64 and 15 times per update."""
         options = {"dynamic": False, "fullgraph": True, "backend": backend}
         self.posterior_step = torch.compile(self.posterior_step, **options)
         self.prior_step = torch.compile(self.prior_step, **options)
 
 
 class ActorParts:
-    """A torchrl actor (``ProbabilisticTensorDictSequential``: network, then the
-    distribution module) called on tensors: any distribution, any sampler."""
+    """A torchrl actor (network, then distribution module) called on tensors."""
 
     def __init__(self, actor):
         self.net_module = actor.module[0]
@@ -259,8 +228,7 @@ class ActorParts:
         module = self.dist_module
         kwargs = {}
         for dist_key, td_key in zip(module.dist_keys, module.in_keys):
-            # absent entries (action masks: imagined states have none) are None,
-            # which the distribution reads as "every choice valid", as torchrl's get_dist
+            # absent (imagined states' action masks): None, "every choice valid" as in get_dist
             kwargs[dist_key[-1] if isinstance(dist_key, tuple) else dist_key] = out.get(td_key)
         return module.distribution_class(**kwargs, **dict(module.distribution_kwargs))
 

@@ -1,8 +1,5 @@
-"""What the agent needs to know about an environment, as plain picklable data.
-
-The inference-server process rebuilds the policy from this description, so it must
-not hold live torchrl specs or environments.
-"""
+"""What the agent needs to know about an environment, as plain picklable data (the
+inference process rebuilds the policy from it: no live torchrl specs or envs)."""
 
 from __future__ import annotations
 
@@ -38,10 +35,8 @@ class EnvSpaces:
     obs: tuple[ObsKey, ...]
     action_dim: int
     discrete: bool  # else a box the actor acts in as [-1, 1] per dimension (env rescales)
-    # Multi-head discrete actions (MultiOneHot): one Head per head, masks included.
-    action_heads: tuple[Head, ...] = ()
-    # The env's own per-dimension bounds that [-1, 1] is rescaled to; empty when the env
-    # takes the actor's actions unscaled (discrete, or a box with an infinite bound).
+    action_heads: tuple[Head, ...] = ()  # multi-head discrete actions (MultiOneHot)
+    # the env's bounds that [-1, 1] is rescaled to; empty: unscaled (or discrete)
     action_low: tuple[float, ...] = ()
     action_high: tuple[float, ...] = ()
 

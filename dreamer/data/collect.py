@@ -1,6 +1,5 @@
-"""torchrl ``AsyncBatchedCollector`` wiring: process env workers that reach a dedicated
-inference process through shared-memory slots, and send the driver chunks of
-finished transitions that land straight in replay."""
+"""torchrl ``AsyncBatchedCollector`` wiring: env worker processes reach an inference
+process through shared-memory slots and send chunks of transitions straight to replay."""
 
 from __future__ import annotations
 
@@ -47,15 +46,9 @@ class CollectorError(RuntimeError):
 
 
 def build_policy(model, spaces: EnvSpaces, seed: int, threads: int, device: str = "cpu"):
-    """The acting policy (encoder, RSSM cell, actor): built by torchrl in the inference
-    process, and once in the driver to probe the transport. Its weights come from the
-    learner's first push; the seed only makes a process's initial weights reproducible,
-    on a forked RNG so the caller's RNG (the driver's, restored from a checkpoint) does
-    not move.
-
-    torch's thread count is not set by the inference process itself; on few cores
-    its default oversubscribes (7 ms -> 100+ ms per forward), so it is set here.
-    """
+    """The acting policy, built in the inference process and once in the driver; its weights
+    come with the learner's first push, ``seed`` seeds a forked RNG (the caller's stays put).
+    ``threads``: torch's default oversubscribes few cores (7 ms -> 100+ ms per forward)."""
     torch.set_num_threads(threads)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -65,8 +58,7 @@ def build_policy(model, spaces: EnvSpaces, seed: int, threads: int, device: str 
 
 
 def forked_child(make, *args, **kwargs):
-    """``make(*args, **kwargs)``; in a forkserver child, which then dies with its parent
-    (torchrl also calls the factories once in the driver, to probe: not there)."""
+    """``make(*args, **kwargs)``; a forkserver child (not the driver) dies with its parent."""
     import multiprocessing
 
     if multiprocessing.parent_process() is not None:
@@ -94,19 +86,14 @@ def check_machine(collector) -> None:
 
 
 def hand_start_weights(collector: AsyncBatchedCollector, policy) -> None:
-    """``policy``'s weights for the inference process to act with from its first step
-    (torchrl applies them as it starts it), in shared memory (``compat.push_weights``)."""
+    """``policy``'s weights, in shared memory, for the inference process's first step."""
     collector.update_policy_weights_(policy)
     compat.share_pending_weights(collector)
 
 
 def slot_transport(sample: TensorDict, policy, slots: int) -> ProcessSlotTransport:
-    """The shared-memory slots between env workers and the inference process, laid out
-    from ``sample`` (``probe_env``'s, one env the driver built anyway) and one pass of
-    the driver's own acting ``policy``. torchrl's ``transport="auto"`` derives the same
-    layouts (tests/test_collect.py) from a second env and a second policy it builds in
-    the driver for the purpose: ~0.5 s more before a smoke run's first env step, and a
-    model's whole initialisation."""
+    """Shared-memory slots laid out from ``sample`` and one pass of ``policy``: torchrl's
+    ``transport="auto"`` builds a second env and policy for the same (tests/test_collect.py)."""
     request = sample.select(*policy.in_keys, strict=True).cpu()
     device = next(policy.parameters()).device
     with torch.no_grad(), rng_kept():  # a sampling policy draws from the driver's RNG
@@ -131,18 +118,12 @@ def make_collector(
     rank: int = 0,
     gpu: str = "cuda",
 ) -> AsyncBatchedCollector:
-    """``env``, ``model``, ``collector``: the config's nodes; ``sample``: an env's zero steps
-    with the acting entries (``dreamer.envs.make.probe_env``); ``policy``: this process's
-    acting policy (``slot_transport``). One env per worker process (the
-    default) reaches a dedicated inference process through shared-memory slots and
-    sends ``collector.chunk`` transitions per message; ``envs_per_worker > 1`` groups
-    envs in fewer processes, which torchrl then serves from a thread of this process.
-    ``rank`` picks this rank's env seeds, ``gpu`` its device for static-batch inference."""
+    """``env``, ``model``, ``collector``: config nodes; ``sample``: ``probe_env``'s; ``policy``:
+    this process's acting one; ``rank`` picks env seeds, ``gpu`` static-batch inference's."""
     grouped = collector["envs_per_worker"] > 1
 
     def child(make, *args):
-        """A factory torchrl calls in the process it starts: a forkserver child (not
-        grouped) dies with the forkserver (``die_with_parent``)."""
+        """A factory torchrl calls in the process it starts (ungrouped: a forkserver's)."""
         return (
             functools.partial(make, *args)
             if grouped
@@ -204,9 +185,8 @@ FEW_CORES = 4  # up to here the async path loses on cheap envs (benchmarks/READM
 
 
 def path_note(has_images: bool) -> str | None:
-    """Where the collector's round trip through worker and inference processes costs
-    more than a cheap vector env's step on few cores, say so and how to tell whether it
-    limits this run (the trainer has this one collector: no setting to name)."""
+    """Where the collector's round trip costs more than a cheap vector env's step on few
+    cores, say so and how to tell whether it limits this run."""
     cores = usable_cores()
     if has_images or cores > FEW_CORES:
         return None
@@ -220,10 +200,8 @@ def path_note(has_images: bool) -> str | None:
 
 
 def pace_mode(configured: str, cpu_learner: bool) -> str:
-    """``collector.pace`` resolved. ``auto``: ``stop`` where the learner trains on the CPU
-    on few cores, which the env workers and the inference process share with it; ``none``
-    where they have cores of their own or the learner is on a GPU (collection overlaps
-    the update: the design's many-core node)."""
+    """``collector.pace`` resolved. ``auto``: ``stop`` where a CPU learner shares few cores
+    with the collection, else ``none`` (collection overlaps the update)."""
     if configured != "auto":
         return configured
     return "stop" if cpu_learner and usable_cores() <= FEW_CORES else "none"
@@ -253,16 +231,9 @@ DONE = object()
 
 
 class SelfHealingCollector:
-    """Iterates a collector, and replaces it when it fails.
-
-    torchrl's ``AsyncBatchedCollector`` raises within about a second when an env worker
-    process dies (e.g. SIGKILL, out of memory) or its inference process does, but it
-    cannot replace one worker or restart its server; so the whole collector is rebuilt
-    by ``make(replacements)`` (new workers start new episodes, replay keeps what it has;
-    transitions the dead collector had not delivered are neither stored nor counted).
-    A dead inference process is counted in ``relaunches`` as well.
-    ``max_failures`` failures in a row without a batch in between re-raise.
-    """
+    """Iterates a collector, and replaces it when it fails: torchrl raises when an env worker
+    or the inference process dies but cannot replace one, so ``make(replacements)`` rebuilds
+    it whole (undelivered transitions are lost). ``max_failures`` in a row re-raise."""
 
     def __init__(
         self,
@@ -300,14 +271,9 @@ class SelfHealingCollector:
         return self.current is not None and compat.inference_server(self.current).is_alive
 
     def push(self, policy, timeout: float) -> None:
-        """The policy's weights to the inference process, waiting at most ``timeout`` s.
-
-        ``update_policy_weights_`` would wait torchrl's 300 s for a starved (stopped,
-        swapped out) process, and the learner with it; a push that times out is logged
-        and taken by the process when it resumes, before any later one. A dead server
-        is replaced with its collector when the collector reports it. While
-        ``pace=stop`` holds the process stopped, the push waits for the end of the burst
-        (``paced``), where the latest weights go."""
+        """The policy's weights to the inference process, waiting at most ``timeout`` s (not
+        ``update_policy_weights_``: it waits 300 s for a stopped process); deferred to
+        ``resume`` while ``pace=stop`` holds the process."""
         if self.held:
             self.deferred = (policy, timeout)
             return
@@ -330,10 +296,8 @@ class SelfHealingCollector:
             collector, server = self.current, None
             try:
                 batches = iter(collector)
-                # torchrl starts its processes here. Ctrl-C waits for the first batch: a
-                # KeyboardInterrupt inside torchrl's start left a process object without
-                # its process, and the collector's shutdown failed on it (exit 1, no
-                # checkpoint); a second Ctrl-C still raises at once
+                # torchrl starts its processes here; Ctrl-C waits for the first batch (raised in
+                # that start, it broke the shutdown: exit 1, no checkpoint); a second raises at once
                 with ctrl_c_after_block(), children_keep_signals(stopped=self.pace == "stop"):
                     stop_moment("collector_start")
                     first = next(batches, DONE)  # batches are None: they went to replay
@@ -359,10 +323,8 @@ class SelfHealingCollector:
                     raise CollectorError(
                         f"collection failed {failures} times in a row; last: {last}"
                     ) from error
-                # torchrl has shut the collector down by now (the server too, whatever
-                # died): a server it stopped exits 0 or by SIGTERM, a killed one (OOM,
-                # SIGKILL) or a crashed one otherwise
-                # (torchrl drops its reference to the process then: ours was taken at start)
+                # torchrl has shut both down (our server reference was taken at start): a
+                # server it stopped exits 0 or by SIGTERM, a killed or crashed one otherwise
                 server_died = server is not None and server.exitcode not in (
                     None,
                     0,
@@ -382,14 +344,9 @@ class SelfHealingCollector:
 
     @contextlib.contextmanager
     def paced(self, active: bool = True):
-        """The block (an update burst, when ``active``) with the collection paced:
-        ``stop``: env workers and the inference process stopped (SIGSTOP) until it ends,
-        then continued (SIGCONT; a process someone else had stopped before the block is
-        left as it was: a stop that arrives inside the block cannot be told from ours and
-        ends with it);
-        ``pause``: parked by torchrl's ``pause``, where they still wake every 10 ms
-        (benchmarks/README.md, "The run"). A collector that cannot park (a worker died:
-        its iteration replaces it next) leaves the block unpaced."""
+        """The block (an update burst, when ``active``) with collection paced: ``stop`` SIGSTOPs
+        its processes until it ends (one already stopped stays so); ``pause`` parks them with
+        torchrl's ``pause`` (waking every 10 ms), not at all where a worker died."""
         if active and self.pace == "stop" and self.pids:
             try:
                 for pid in self.pids:

@@ -9,10 +9,8 @@ from dreamer.envs.make import ACHIEVEMENTS_KEY, RESTART_KEY
 
 
 class EpisodeStats:
-    """Registered as the collector's post-collect hook: sees every transition once.
-
-    ``worker_steps`` counts this process's env workers since it started; the run's env
-    step count (all ranks, over resumes) is ``Lockstep.env_steps``."""
+    """The collector's post-collect hook: sees every transition once. ``worker_steps``
+    counts this process's env steps since it started (the run's: ``Lockstep.env_steps``)."""
 
     def __init__(self, achievement_names: tuple[str, ...] = ()):
         self.worker_steps = 0

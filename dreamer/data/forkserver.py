@@ -1,9 +1,5 @@
-"""The forkserver the collector's env workers, its inference process, the evaluation
-process and the render workers are forked from: what it imports before forking
-(``forkserver_preload``), the env's check at launch (``check_env``), and the
-forkserver's start (``start_forkserver``), forked from the driver once the driver has
-imported torch, torchrl and the collector.
-"""
+"""The forkserver the run's worker processes are forked from, itself forked from the
+driver (``start_forkserver``), and the env's check at launch (``check_env``)."""
 
 from __future__ import annotations
 
@@ -26,13 +22,8 @@ COLLECT = "dreamer.data.collect"  # torchrl's collector, the env maker, the acti
 
 def forkserver_preload(env_name: str) -> list[str]:
     """What the env workers and the inference process run, imported once by their
-    forkserver: the collector's module, the env kind's module, its simulator package and
-    what building an env imports from it, pandas where it is installed, then the freeze
-    of that heap.
-
-    pandas: tensordict's ``TensorDict.from_any`` imports it (and with it pyarrow) at the
-    first dict it converts, which every env worker does at its first steps; imported
-    there, after the fork, it cost each of them ~31 MB of private memory."""
+    forkserver, then the freeze of that heap. pandas: tensordict's ``from_any`` imports
+    it at every env worker's first steps, ~31 MB of private memory each after the fork."""
     kind = registry.kind(env_name)
     return [
         COLLECT,
@@ -45,41 +36,29 @@ def forkserver_preload(env_name: str) -> list[str]:
 
 
 def check_env(cfg) -> None:
-    """What the env kind asks of the machine, at launch, before the driver imports torch
-    (under make, after installing the extra it lacks: ``registry.INSTALL_EXTRAS``): an
-    env the machine cannot run is refused in one line, and the environment the workers
-    inherit is prepared (DMC's ``MUJOCO_GL``, which dm_control reads once, when the
-    forkserver imports it)."""
+    """Refuse in one line an env this machine cannot run, and prepare what the workers
+    inherit (DMC's ``MUJOCO_GL``), before the driver imports torch."""
     kind = registry.kind(cfg.env.name)
     kind.install_extra(cfg.env)
     kind.check(cfg.env)
 
 
 def start_forkserver(cfg) -> None:
-    """Start the run's forkserver, forked from this process, which has imported what the
-    env workers and the inference process run but the env's own modules (the forkserver
-    imports those: ``forkserver_preload``). A forkserver spawned at launch imported
-    torch and torchrl again, in parallel with this process: ~3 s of CPU more per run for
-    the same first env step. A collector that groups envs (``collector.envs_per_worker >
-    1``) forks none. Started with SIGINT blocked, as every child of the run, and SIGHUP
-    (what a paced collection needs of its processes: ``children_keep_signals``); it and
-    its children die with the run (``forkserver_heap``)."""
+    """Start the run's forkserver, forked from this process, which has imported torch and
+    torchrl (a spawned one imported them again: ~3 s of CPU per run); none where
+    ``collector.envs_per_worker > 1``. It and its children die with the run."""
     if cfg.collector.envs_per_worker > 1:
         return
-    # torchrl starts its own processes (the evaluation's) with the global start method,
-    # which its import set to spawn where none was set: spawn imported torch and torchrl
-    # anew in the evaluation process (~3 s of CPU at each run's first evaluation; fork
-    # copied the driver into one that outlived a killed driver); from this forkserver
-    # it finds them imported
+    # torchrl starts the evaluation's process with the global start method, which its
+    # import set to spawn (torch imported anew, ~3 s); fork's copy outlived a killed driver
     multiprocessing.set_start_method("forkserver", force=True)
     with children_keep_signals(stopped=True):
         _fork_forkserver(forkserver_preload(cfg.env.name))
 
 
 def serving() -> bool:
-    """Whether the run's forkserver (``start_forkserver``) serves this process: it dies
-    with the run, and its children with it. A forkserver multiprocessing starts itself
-    lives on while its children hold its pipe: a killed owner's would not end them."""
+    """Whether the run's forkserver serves this process: it dies with the run, where one
+    multiprocessing starts outlives a killed owner while its children hold its pipe."""
     pid = forkserver._forkserver._forkserver_pid
     return pid is not None and pid == _forked.get("pid")
 
@@ -88,11 +67,9 @@ _forked: dict[str, int] = {}  # the pid of the forkserver this process forked
 
 
 def _fork_forkserver(preload: list[str]) -> None:
-    """``multiprocessing.forkserver.ensure_running`` with ``os.fork`` of this process in
-    place of a new interpreter: the same listener socket, "alive" pipe and
-    ``forkserver.main`` loop, recorded in the same (private) fields of CPython's
-    ``ForkServer``, 3.11 and 3.12 alike. A no-op while one runs (a sweep's next job).
-    Called inside ``children_keep_signals``, which starts the resource tracker first."""
+    """``multiprocessing.forkserver.ensure_running`` forking this process, not a new
+    interpreter, into CPython's private ``ForkServer`` fields (3.11, 3.12); a no-op while
+    one runs. Call inside ``children_keep_signals``: it starts the resource tracker."""
     server = forkserver._forkserver
     with server._lock:
         if server._forkserver_pid is not None:
@@ -117,9 +94,8 @@ def _fork_forkserver(preload: list[str]) -> None:
 
 
 def _serve(listener_fd: int, alive_r: int, alive_w: int, preload: list[str]) -> None:
-    """The forked forkserver: rid of what was the driver's (its signal handlers, its
-    stop hook, multiprocessing's finalizers), then multiprocessing's own loop; it exits
-    without the driver's atexit handlers."""
+    """The forked forkserver: the driver's signal handlers, stop hook and finalizers
+    dropped, then multiprocessing's loop; it exits without the driver's atexit handlers."""
     code = 0
     try:
         os.close(alive_w)

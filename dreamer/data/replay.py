@@ -1,32 +1,15 @@
 """Replay: one stream per env worker, sampled as windows of consecutive steps.
 
-The sampling is ours: the collector delivers interleaved chunks from many workers, and
-a DreamerV3 sequence must be ``length`` consecutive steps of ONE worker's stream
-(episode starts inside it are marked by ``is_init``, where the RSSM resets). torchrl's
-``SliceSampler`` cuts trajectories by contiguous storage, which chunk interleaving
-breaks, and it cannot exclude windows that straddle a stream's write cursor.
+Not torchrl's: its ``SliceSampler`` cuts trajectories by contiguous storage, which the
+collector's interleaved chunks break, and cannot exclude windows across a write cursor; its
+lazy storages allocate the whole capacity at once (Crafter: 12 GB), all of it checkpointed.
+Here each stream is ``CHUNK``-row chunks addressed by absolute time (``written``), allocated
+as it fills and dropped once the ring has passed them.
 
-The storage is ours too. torchrl's ``LazyTensorStorage`` and ``LazyMemmapStorage``
-allocate the whole capacity at their first write (Crafter at the default
-``replay.size``: 12 GB of RAM or of disk from the first transition) and a checkpoint
-of one holds all of it, each time: that is the gap. Here each stream is a run of
-fixed-size chunks (``CHUNK`` rows; a stream's whole capacity if that is less),
-addressed by absolute time (the stream's ``written`` count), allocated as the stream
-fills and dropped once the ring has passed them, so RAM and disk follow the fill.
-
-Persistence (with a ``directory``): completed chunks are written once as they complete,
-a checkpoint writes only each stream's tail and holds an index (``replay_files``: which
-file lives how long). ``storage="disk"`` reads completed chunks through a memory map of
-their files (resident memory stays flat); ``memory`` keeps them in RAM. A memory replay
-whose chunk write fails keeps it and retries at the next checkpoint (whose failure
-counts as a failed checkpoint write); a disk replay cannot keep it, and stops the run
-with one ``OutputError`` line. Without files (no folder, or a rank that does not
-checkpoint) a checkpoint holds the contents. What one stored row holds, compactly:
-``replay_rows``. Checkpoint format 1 held torchrl storages: ``replay_format1``
-converts both kinds.
-
-Test hooks (environment): ``DREAMER_REPLAY_DEBUG=1`` logs the digest and generator at
-every checkpoint and resume; a stop inside a replay file's write: ``replay_files``.
+With a ``directory``, chunks are written as files (``replay_files``); ``storage="disk"``
+reads them back through memory maps, ``memory`` keeps them in RAM. Without files (no
+folder, or a rank that does not checkpoint) a checkpoint holds the contents. Row layout:
+``replay_rows``; format-1 checkpoints: ``replay_format1``.
 """
 
 from __future__ import annotations
@@ -79,7 +62,7 @@ __all__ = [
 log = logging.getLogger("dreamer")
 CHUNK = 1024  # rows per chunk (Crafter: 12.6 MB)
 LAYOUT = 2  # of the replay's state: chunk files and an index (1: torchrl storages)
-DEBUG_VARIABLE = "DREAMER_REPLAY_DEBUG"  # test hooks: the module docstring
+DEBUG_VARIABLE = "DREAMER_REPLAY_DEBUG"  # =1: log fingerprints at checkpoints and resumes
 
 
 class SequenceReplay:
@@ -94,12 +77,9 @@ class SequenceReplay:
         heads: tuple[int, ...] = (),
         readonly: bool = False,
     ) -> SequenceReplay:
-        """The run's replay as ``replay.*`` and ``run.envs`` describe it; with several
-        ranks, this rank's shard: its share of the capacity, of the streams (its env
-        workers) and of the batch. ``heads``: the one-hot action heads
-        (``action_heads``); ``readonly``: a checkpoint's replay read, never written
-        (``dreamer.evaluate``). Only rank 0 checkpoints, so only its memory replay
-        writes files."""
+        """The run's replay (with several ranks, this rank's share). ``heads``: the one-hot
+        action heads; ``readonly``: a checkpoint's, never written (``dreamer.evaluate``).
+        Only rank 0 checkpoints, so only its memory replay writes files."""
         directory = logdir / "replay"
         return cls(
             cfg.replay.size // ranks,
@@ -150,8 +130,7 @@ class SequenceReplay:
             )
         # written[i]: transitions ever written to stream i (its write cursor in time)
         self.written = torch.zeros(streams, dtype=torch.long)
-        # floor[i]: the oldest step of stream i still intact (only a converted format-1
-        # disk replay has one above 0: its ring was overwritten past its checkpoint)
+        # floor[i]: stream i's oldest intact step (> 0 only in a converted format-1 disk ring)
         self.floor = torch.zeros(streams, dtype=torch.long)
         self.generator = torch.Generator().manual_seed(seed)
         self.fields: list[Field] | None = None  # learned from the first write, or loaded
@@ -175,10 +154,8 @@ class SequenceReplay:
         )
 
     def check_room(self, transitions: int, per_row: int) -> None:
-        """Log what ``transitions`` (this replay's share of the run, capped at its
-        capacity) will need, in RAM and on disk; ``ConfigError`` (one line) where the
-        machine cannot hold it: more than its RAM for a memory replay, more than the
-        free disk (plus the replay's own files, reused) where chunks are written."""
+        """Log what ``transitions`` (capped at capacity) will need; ``ConfigError`` where RAM
+        (memory replay) or free disk plus the replay's own files (written chunks) is short."""
         rows = min(transitions, self.per_stream * self.streams)
         need = rows * per_row
         ram = memory_limit()
@@ -328,8 +305,7 @@ class SequenceReplay:
         return windows
 
     def _gather(self, streams: torch.Tensor, positions: torch.Tensor) -> Chunk:
-        """The stored rows at absolute ``positions`` of ``streams`` (one each), in
-        order: one indexing per (stream, chunk) pair they fall in."""
+        """The rows at absolute ``positions`` of ``streams``, in order; one indexing a chunk."""
         count = positions.numel()
         rows = {
             field.name: torch.empty((count, *field.stored_shape), dtype=field.stored_dtype)
@@ -349,8 +325,7 @@ class SequenceReplay:
         return rows
 
     def digest(self) -> str:
-        """A checksum of the steps a sample can read, stream by stream, oldest first:
-        each key (sorted by name), then its rows' bytes as sampled (decoded)."""
+        """SHA-256 of the steps a sample can read: by stream, each key (by name), decoded rows."""
         hasher = hashlib.sha256()
         for stream in range(self.streams):
             oldest, newest = int(self._oldest()[stream]), int(self.written[stream])
@@ -383,8 +358,7 @@ class SequenceReplay:
             self.files.before_checkpoint(step)
 
     def after_checkpoint(self, steps: list[int]) -> None:
-        """Called by ``checkpoint.Saver`` once a checkpoint is written, with the env
-        steps of the checkpoints now on disk: files none of them needs are deleted."""
+        """Called by ``checkpoint.Saver`` with the env steps of the checkpoints on disk."""
         if self.files is not None:
             self.files.after_checkpoint(steps, live=self._entry())
 

@@ -1,36 +1,21 @@
 """A replay's files (``replay.directory``): what is on disk and how long each file lives.
 
-A stream's chunk, once complete, is written once, atomically (temporary file, fsync,
-rename), as ``stream<i>/chunk-<first>.pt``; a checkpoint writes each stream's
-incomplete tail (``tail-<end>.pt``, under a chunk) and holds an index: the counters of
-each checkpoint on disk, from which the files it reads back follow (``reads``). Nothing
-is overwritten in place and a file is deleted once no kept checkpoint and no live window
-reads it, so a resume from any kept checkpoint, after a kill -9 anywhere, finds exactly
-its steps.
+A complete chunk is written once, atomically (``stream<i>/chunk-<first>.pt``); a checkpoint
+writes each stream's tail (``tail-<end>.pt``). Nothing is overwritten, and a file goes once no
+kept checkpoint and no live window reads it: a resume from any kept checkpoint, after a
+kill -9 anywhere, finds its steps.
 
-A complete chunk's file, state by state (the folder records the written and retained
-ones, ``ReplayFiles.unwritten`` the others; ``ReplayFiles``' methods are the
-transitions, called by ``SequenceReplay``):
+A chunk file's states (``ReplayFiles``' methods are the transitions):
 
   written     the file whole; the chunk in RAM (a disk replay's: a map of the file)
-                -> ``evicted`` (the ring passed it): retained if a checkpoint kept or
-                   being saved reads it, else deleted
-  unwritten   its write failed: the chunk in RAM only, a memory
-              replay's; a disk replay cannot map it and stops the run instead (one
-              ``OutputError`` line)
-                -> ``save`` (the next checkpoint): written, or that checkpoint fails
-                -> ``evicted``: dropped, no file
+                -> ``evicted``: retained if a checkpoint reads it, else deleted
+  unwritten   write failed: a memory replay's chunk in RAM only (a disk replay stops)
+                -> ``save``: written, or that checkpoint fails; ``evicted``: dropped
   retained    out of RAM, the file kept for the checkpoints that read it
                 -> ``after_checkpoint``: deleted once none of those is kept
 
-A tail file (``tails``) is written by ``save`` and deleted by ``after_checkpoint`` once
-no kept checkpoint reads it. A checkpoint's index entry (``Checkpoints``) goes
-``before_checkpoint`` (its step) -> ``save`` (its counters: pending) ->
-``after_checkpoint`` (kept while its checkpoint is on disk, then dropped).
-
-A test stops a run inside a chunk's or a tail's write (after its data, before its
-fsync and rename) with ``DREAMER_STOP_AT=replay_chunk_write`` or ``replay_tail_write``
-(``dreamer.runtime.signals.stop_moment``).
+Tails: written by ``save``, deleted by ``after_checkpoint``. Tests stop a run inside a
+write with ``DREAMER_STOP_AT=replay_chunk_write`` or ``replay_tail_write``.
 """
 
 from __future__ import annotations
@@ -69,8 +54,7 @@ def tail_path(directory: Path, stream: int, end: int) -> Path:
 
 
 def reads(entry: dict, stream: int, per_stream: int, chunk: int) -> tuple[range, int | None]:
-    """The chunk files (first rows) and the tail file (end) that ``stream`` of a
-    checkpoint's ``entry`` (its counters ``written`` and ``floor``) reads back."""
+    """(chunk first rows, tail end or None) that ``stream`` of a checkpoint's counters reads."""
     written, floor = int(entry["written"][stream]), int(entry["floor"][stream])
     oldest = max(written - per_stream, floor, 0)
     if oldest >= written:
@@ -129,9 +113,7 @@ def read_file(path: Path, first: int, fields: list, chunk: int, mapped: bool) ->
 
 
 class Checkpoints:
-    """The checkpoints whose files the replay keeps, each as the counters it was saved
-    with (``{"written", "floor"}``) by env step: ``kept`` (on disk), ``pending`` (saved,
-    its write not over yet) and the step of the one being saved."""
+    """Replay counters, by env step, of the checkpoints on disk and of one being written."""
 
     def __init__(self, kept: dict[int, dict] | None = None):
         self.kept: dict[int, dict] = kept or {}
@@ -142,8 +124,7 @@ class Checkpoints:
         return [*self.kept.values(), *([self.pending[1]] if self.pending else [])]
 
     def settle(self, steps: list[int]) -> int | None:
-        """A checkpoint write is over and ``steps`` are on disk: those are kept. Returns
-        the step of the checkpoint just saved if it is one of them."""
+        """A write is over and ``steps`` are on disk; returns the step just saved if kept."""
         saved = None
         if self.pending is not None:
             (step, entry), self.pending = self.pending, None
@@ -154,8 +135,7 @@ class Checkpoints:
 
 
 class ReplayFiles:
-    """The files of a replay that writes them: where each chunk's file stands (the
-    module docstring) and the transitions, called by ``SequenceReplay``."""
+    """The files of a replay that writes them (the module docstring has their states)."""
 
     def __init__(self, directory: Path, streams: int, per_stream: int, chunk: int, disk: bool):
         self.directory, self.streams = directory, streams
@@ -164,11 +144,9 @@ class ReplayFiles:
         self.unwritten: list[set[int]] = [set() for _ in range(streams)]  # first rows
         self.tails: list[set[int]] = [set() for _ in range(streams)]  # ends on disk
         self.checkpoints = Checkpoints()
-        # the folder holds only this run's files: its checkpoint's, or none (an earlier
-        # start's are removed at the first write)
+        # the folder holds only this run's files (an earlier start's go at the first write)
         self.claimed = False
-        # a converted format-1 disk replay's ring is kept until every kept checkpoint is
-        # at or after ``format1_until``, the first one kept in this layout
+        # a converted format-1 ring is kept until every kept checkpoint is >= format1_until
         self.format1_ring = False
         self.format1_until: int | None = None
         self.warned = False
@@ -176,16 +154,14 @@ class ReplayFiles:
     # ------------------------------------------------------------------ a run's start
 
     def start_fresh(self) -> None:
-        """The first write of a run that resumed nothing: what an earlier start left in
-        the folder (a run killed before its first checkpoint) goes."""
+        """The first write of a run that resumed nothing: an earlier start's files go."""
         self.claimed = True
         for stream in range(self.streams):
             shutil.rmtree(stream_dir(self.directory, stream), ignore_errors=True)
         (self.directory / FORMAT1_CURSORS).unlink(missing_ok=True)
 
     def loaded(self, state: dict) -> None:
-        """A checkpoint's replay was read: its tails are on disk and its index is ours
-        (none where its contents travelled in the state)."""
+        """A checkpoint's replay was read: its tails and index (if it has one) are ours."""
         self.claimed = True
         self.chunk = int(state["chunk"])
         self.unwritten = [set() for _ in range(self.streams)]
@@ -201,16 +177,14 @@ class ReplayFiles:
         self.format1_until = state.get("legacy_before")
 
     def converted(self, ring: bool) -> None:
-        """A format-1 replay was converted (its chunks are written as they complete);
-        ``ring``: its disk ring, kept while a format-1 checkpoint is."""
+        """A format-1 replay was converted; ``ring``: it has a disk ring to keep."""
         self.claimed = True
         self.format1_ring = ring
 
     # ------------------------------------------------------------------ as chunks fill
 
     def completed(self, stream: int, first: int, data: Chunk) -> bool:
-        """A chunk just filled: written, once, now. False where the write failed and a
-        memory replay keeps it unwritten (the next checkpoint writes it)."""
+        """A chunk just filled: written now; False where that failed (kept unwritten)."""
         path = chunk_path(self.directory, stream, first)
         try:
             write_file(path, first, data)
@@ -227,8 +201,7 @@ class ReplayFiles:
         return True
 
     def evicted(self, stream: int, firsts: list[int]) -> None:
-        """Chunks the ring has passed, out of RAM: their files go unless a kept
-        checkpoint still reads them (``after_checkpoint`` removes those later)."""
+        """Chunks the ring passed: their files go unless a kept checkpoint reads them."""
         needed = self._needed(stream)[0]
         for first in firsts:
             self.unwritten[stream].discard(first)
@@ -241,10 +214,8 @@ class ReplayFiles:
         self.checkpoints.saving = step
 
     def save(self, entry: dict, chunks: list[dict[int, Chunk]]) -> dict:
-        """What the checkpoint of ``entry`` (the replay's counters) reads and is not on
-        disk yet, written: chunks whose write failed before, and each stream's tail. A
-        failure fails the checkpoint (``CheckpointError``: retried, counted by
-        ``run.save_failures``). Returns the index its state holds."""
+        """Writes the unwritten chunks and tails the checkpoint of counters ``entry`` reads
+        (``CheckpointError`` on failure); returns the index its state holds."""
         for stream in range(self.streams):
             for first in sorted(self.unwritten[stream]):
                 path = chunk_path(self.directory, stream, first)
@@ -272,8 +243,7 @@ class ReplayFiles:
             raise CheckpointError(message) from None
 
     def after_checkpoint(self, steps: list[int], live: dict) -> None:
-        """A checkpoint was written; ``steps``: the checkpoints now on disk, ``live``:
-        the replay's counters. Files none of them reads are deleted."""
+        """Deletes the files neither the checkpoints on disk (``steps``) nor ``live`` read."""
         saved = self.checkpoints.settle(steps)
         if self.format1_ring and self.format1_until is None:
             self.format1_until = saved
@@ -293,8 +263,7 @@ class ReplayFiles:
                     path.unlink(missing_ok=True)
 
     def _needed(self, stream: int, live: dict | None = None) -> tuple[set[int], set[int]]:
-        """(chunk files, tail files) of ``stream`` that the kept checkpoints, the one
-        being saved and ``live`` (the replay's counters: its window) read."""
+        """(chunks, tails) of ``stream`` the kept, saving and ``live`` counters read."""
         chunks, tails = set(), set()
         for entry in self.checkpoints.entries():
             firsts, tail = reads(entry, stream, self.per_stream, self.chunk)

@@ -1,8 +1,6 @@
-"""The replay of checkpoint format 1 (torchrl storages, before issue 37), converted into
-chunks: a memory replay's storages travel in its state; a disk replay's are a ring of
-memory-mapped files under the replay folder and ``written.npy``, its write cursors.
-Converted chunks are written as they complete, as in any run; the ring is kept while a
-format-1 checkpoint is (``ReplayFiles.format1_ring``)."""
+"""The replay of checkpoint format 1 (torchrl storages), converted into chunks: a memory
+replay's storages travel in its state; a disk replay's are a ring of memory-mapped files
+and ``written.npy``, its write cursors, kept while a format-1 checkpoint is."""
 
 from __future__ import annotations
 

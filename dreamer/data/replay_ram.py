@@ -14,8 +14,7 @@ SPARE = 2  # chunks kept for reuse
 
 class SpareChunks:
     """Chunks whose buffers nothing reads any more, kept for the next ones: freed and
-    allocated again, chunk after chunk, the allocator's heap would fragment and hold on
-    to what it freed (a disk replay's resident memory grew by half the data that way)."""
+    allocated again, they fragmented the heap (a disk replay grew by half its data)."""
 
     def __init__(self):
         self.chunks: list[dict[str, torch.Tensor]] = []

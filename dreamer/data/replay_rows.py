@@ -1,7 +1,5 @@
-"""What one stored transition holds: the entries a DreamerV3 update reads
-(``replay_keys``), each a ``Field`` with its dtype and shape, a one-hot action stored as
-one index per head (uint8 up to 256 choices) and decoded at sample to the dtype and
-shape it came in; images stay uint8."""
+"""What one stored transition holds: the entries an update reads (``replay_keys``), each a
+``Field``; a one-hot action is stored as one index per head (uint8 up to 256 choices)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""Atari through ale-py (``pip install -e '.[atari]'``; its wheel ships the ROMs).
-
-``env.game`` is a ROM name as ale-py lists it (``pong``, ``ms_pacman``, ...). The keys
-follow the official DreamerV3 Atari env: ``env.repeat`` frames per action with the max
-over the last ``env.pooling`` frames, ``env.sticky`` (repeat-action probability 0.25),
-``env.noops`` random no-ops after reset, ``env.size`` / ``env.gray`` frames,
-``env.actions`` (all 18 or the game's minimal set), ``env.lives`` (``unused``, or
-``reset``: a lost life ends the episode). Episodes are capped at 108,000 frames.
-"""
+"""Atari through ale-py (``pip install -e '.[atari]'``; its wheel ships the ROMs), as the
+official DreamerV3 Atari env: ``env.game`` is a ROM name as ale-py lists it (``pong``,
+``ms_pacman``, ...); the other keys are ``AtariSettings``'s (``settings.py``)."""
 
 from __future__ import annotations
 
@@ -46,9 +40,7 @@ class LifeLossEnds(gymnasium.Wrapper):
 
 
 def register_ale() -> None:
-    """ale-py's ids registered with gymnasium, and its emulator quiet: each emulator it
-    builds printed its banner ("A.L.E: Arcade Learning Environment ...", "[Powered by
-    Stella]") from every process, into the run's lines."""
+    """ale-py's ids registered with gymnasium; its emulators' banners silenced."""
     import ale_py
 
     ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)

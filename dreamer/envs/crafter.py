@@ -1,14 +1,8 @@
-"""Gymnasium adapter for the Crafter benchmark (https://github.com/danijar/crafter).
-
-Crafter uses the old 4-tuple gym API. ``CrafterEnv`` maps player death (``discount == 0``) to
-``terminated`` and the episode length limit to ``truncated``, returns contiguous uint8 HWC images
-and copies the info dict (dropping the large ``semantic`` map).
-
-Seeding follows Crafter's own scheme: an inner ``crafter.Env(seed=s)`` generates the world of its
-k-th episode from ``hash((s, k))``. ``reset(seed=s)`` therefore builds a fresh inner env with seed
-``s``; resets without a seed advance the episode counter, so the sequence of worlds is
-deterministic given the last seed (constructor or reset).
-"""
+"""Gymnasium adapter for the Crafter benchmark (https://github.com/danijar/crafter), whose
+API is gym's old 4-tuple: player death (``discount == 0``) is ``terminated``, the length
+limit ``truncated``; the info dict is copied without the large ``semantic`` map.
+``crafter.Env(seed=s)`` makes its k-th world from ``hash((s, k))``, so ``reset(seed=s)``
+builds a fresh inner env: the worlds are deterministic given the last seed."""
 
 from __future__ import annotations
 
@@ -35,7 +29,7 @@ class CrafterEnv(gymnasium.Env):
         self.observation_space = spaces.Box(0, 255, (size, size, 3), np.uint8)
         self.action_space = spaces.Discrete(len(ACTIONS))
         if seed is None:
-            # Crafter would draw from numpy's global RNG; use fresh OS entropy instead.
+            # Crafter would draw from numpy's global RNG: fresh OS entropy instead
             seed = int(np.random.SeedSequence().generate_state(1)[0] % (2**31 - 1))
         self._env = self._make_inner(seed)
         self._last_obs: np.ndarray | None = None

@@ -1,16 +1,10 @@
-"""``env=cue``: a probe task that only an agent with a working world model solves.
-
-Each step shows one of ``cues`` one-hot cues; the reward is 1 when the action names
-the cue shown, else 0; a new cue is drawn every step. A random policy earns
-``length / cues`` per episode, a learned one up to ``length``. The reward depends on
-the action given the observation, so the world model must learn reward from
-(observation, action) and the actor must learn from imagined returns: it fails
-loudly when keys, ``is_init`` handling or the action wiring are broken.
-
-With ``image`` > 0 the cue is shown as pixels instead: an ``image`` x ``image`` RGB
-frame, black but for the cue's vertical band (one of ``cues``) in its own colour, so
-the world model must read it through the CNN encoder.
-"""
+"""``env=cue``: a probe task that only an agent with a working world model solves. Each
+step shows one of ``cues`` one-hot cues, drawn anew; the reward is 1 when the action
+names the cue shown. A random policy earns ``length / cues`` per episode, a learned one
+up to ``length``: the world model must learn reward from (observation, action) and the
+actor from imagined returns, so broken keys, ``is_init`` or action wiring show at once.
+With ``image`` > 0 the cue is an RGB frame, black but for the cue's coloured vertical
+band, read through the CNN encoder."""
 
 from __future__ import annotations
 

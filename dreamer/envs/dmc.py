@@ -1,13 +1,7 @@
-"""gymnasium adapter for the DeepMind Control Suite (``pip install -e '.[dmc]'``).
-
-``env.task=<domain>_<task>`` names a suite task (``cartpole_balance``, ``walker_walk``,
-``ball_in_cup_catch``; the official configs' ``cup_catch`` works too). ``env.obs``:
-``proprio`` gives every suite observation array flattened into a vector key of its own
-name, ``vision`` an ``image`` key of ``env.size`` RGB frames from the camera the official
-configs use (2 for quadruped, else 0), ``both`` both. ``env.repeat`` repeats each action.
-Episodes end at the suite's time limit (1000 physics steps) as a truncation; a zero
-discount ends one as terminated.
-"""
+"""gymnasium adapter for the DeepMind Control Suite (``pip install -e '.[dmc]'``):
+``env.obs=proprio`` gives each suite observation flattened under its own name,
+``vision`` an ``image`` from the official configs' camera, ``both`` both. Episodes end
+at the suite's time limit as truncated, at a zero discount as terminated."""
 
 from __future__ import annotations
 
@@ -25,8 +19,7 @@ from dreamer.errors import ConfigError
 
 CAMERAS = {"quadruped": 2}  # the official DMC env's DEFAULT_CAMERAS; every other domain: 0
 ALIASES = {"cup": "ball_in_cup"}  # official task names use the short domain
-# tasks that need a GL context even for proprio: quadruped_escape uploads its terrain's
-# height field to the renderer at every reset
+# need a GL context even for proprio: quadruped_escape uploads its height field at reset
 GL_TASKS = {"quadruped_escape"}
 SKYBOX = "./common/skybox.xml"  # the suite's shared asset, in every domain's model but fish's
 _SKYBOX_SWAP = threading.Lock()
@@ -34,11 +27,9 @@ _SKYBOX_SWAP = threading.Lock()
 
 @contextlib.contextmanager
 def suite_skybox(rendered: bool):
-    """While a task loads: the suite's shared skybox as it is where the env renders, else
-    one texel per face instead of 800x800, an 11.5 MB texture every compiled model holds
-    and only a renderer reads, which each env worker of a proprio run paid in private
-    memory. Textures do not enter the dynamics: every suite task steps identically with
-    it (tests/test_dmc_env.py). One load at a time: grouped workers build envs on threads."""
+    """While a task loads without a renderer, the suite's skybox (11.5 MB per env worker)
+    at one texel per face: textures do not enter the dynamics (tests/test_dmc_env.py).
+    One load at a time: grouped workers build envs on threads."""
     from dm_control.suite import common
 
     with _SKYBOX_SWAP:
@@ -54,12 +45,9 @@ def suite_skybox(rendered: bool):
 
 
 def choose_gl_backend(render: bool = True) -> str:
-    """MuJoCo's headless renderer: ``MUJOCO_GL`` if set; else, to ``render``, ``egl`` where
-    an NVIDIA GPU is present and ``osmesa`` (Debian's libosmesa6) on a CPU machine, and
-    ``disable`` when nothing renders (proprio), so dm_control imports no OpenGL at all and
-    a machine without libosmesa6 steps proprio tasks. Must run before dm_control is
-    imported (it picks the backend once per process); the choice is exported so env
-    worker processes inherit it. A renderer asked for and missing is a ``ConfigError``."""
+    """MuJoCo's headless renderer, exported before dm_control's import fixes it: ``MUJOCO_GL``
+    if set, else ``egl`` with an NVIDIA GPU, ``osmesa`` without, ``disable`` when nothing
+    renders (proprio needs no libosmesa6). A missing renderer is a ``ConfigError``."""
     if "MUJOCO_GL" not in os.environ:
         gpu = Path("/dev/nvidiactl").exists()
         os.environ["MUJOCO_GL"] = ("egl" if gpu else "osmesa") if render else "disable"
@@ -76,7 +64,7 @@ def choose_gl_backend(render: bool = True) -> str:
 
 def task_names(render: bool = False) -> dict[str, tuple[str, str]]:
     """Every suite task as ``<domain>_<task>`` -> (domain, task); ``render``: the run
-    renders frames (the first dm_control import in a process fixes its renderer)."""
+    renders (the first dm_control import fixes the renderer)."""
     choose_gl_backend(render)
     from dm_control import suite
 
@@ -159,9 +147,7 @@ class DMCEnv(gymnasium.Env):
         return self._obs(time_step), reward, terminated, truncated, {}
 
     def close(self):
-        # frees the GL context now, on this thread: left to a garbage collection pass
-        # (the trainer's before gc.freeze()), its __del__ waited forever on dm_control's
-        # render executor thread
+        # frees GL now: left to the GC, its __del__ waited forever on dm_control's renderer
         self._env.physics.free()
         self._env.close()
 

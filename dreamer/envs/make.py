@@ -1,9 +1,6 @@
-"""``make_env``: one environment of any kind (``registry.py``) as a torchrl ``EnvBase``.
-
-Every env carries the transforms the DreamerV3 acting policy needs: ``is_init``, an
-episode step counter and return, and zero-initialised ``state``/``belief``/
-``previous_action`` entries that the policy fills and ``step_mdp`` carries.
-"""
+"""``make_env``: one environment of any kind (``registry.py``) as a torchrl ``EnvBase``,
+with the transforms the acting policy needs: ``is_init``, step counter, episode return,
+and zeroed ``state``/``belief``/``previous_action`` entries that ``step_mdp`` carries."""
 
 from __future__ import annotations
 
@@ -88,8 +85,7 @@ def _base_env(env: Mapping, kind: registry.EnvKind, seed: int) -> tuple[EnvBase,
 
 
 def finite_action_bounds(action_spec) -> bool:
-    """Whether a continuous action spec has a finite low and high in every dimension;
-    an action with an infinite bound is passed to the env unscaled."""
+    """Whether a continuous action spec's bounds are finite (else actions go unscaled)."""
     space = getattr(action_spec, "space", None)
     if not hasattr(space, "low"):
         return False
@@ -110,8 +106,7 @@ def action_note(env: EnvBase) -> str | None:
 
 
 def env_config(env, logdir: Path):
-    """The ``env`` config node for the workers (it pickles), plus the run directory's
-    paths."""
+    """The ``env`` config node for the workers (it pickles), with the run directory's paths."""
     env = OmegaConf.create(OmegaConf.to_container(env) if OmegaConf.is_config(env) else env)
     if registry.kind(env["name"]).launch_lock:
         with open_dict(env):
@@ -128,9 +123,8 @@ class EnvProbe(NamedTuple):
 
 
 def probe_env(env, seed: int, latent: tuple[int, int] | None = None) -> EnvProbe:
-    """One env of the configured kind, built once in this process (with the acting
-    policy's entries for ``latent``) and closed: its spaces, achievement names and zero
-    sample; a broken env is one ``ConfigError`` line, before any worker starts."""
+    """One env built in this process and closed: its spaces, achievement names and zero
+    sample (with the acting entries for ``latent``); a broken env is a ``ConfigError``."""
     from dreamer.agent.spaces import spaces_from_env
 
     kind = registry.kind(env["name"])
@@ -164,11 +158,9 @@ def describe_env(env, seed: int) -> tuple:
 def make_env(
     env: Mapping, seed: int, latent: tuple[int, int] | None = None, step_cap: int = 0
 ) -> EnvBase:
-    """Build one env from the ``env`` config node (a plain mapping so it pickles).
-
-    ``latent`` = (state size, belief size) adds the acting-policy entries; ``step_cap``
-    ends episodes (as truncated) after that many steps, if sooner than the env's own cap.
-    """
+    """One env from the ``env`` config node. ``latent`` = (state size, belief size) adds
+    the acting-policy entries; ``step_cap`` truncates episodes after that many steps, if
+    sooner than the env's own cap."""
     kind = registry.kind(env["name"])
     base, own_cap = _base_env(env, kind, seed)
     caps = [cap for cap in (own_cap, step_cap) if cap]
@@ -183,9 +175,7 @@ def make_env(
         transforms.append(RewardScaling(0.0, env["reward_scale"]))
     action_spec = base.full_action_spec["action"]
     if action_spec.domain == "continuous" and finite_action_bounds(action_spec):
-        # The actor acts in [-1, 1] per dimension; each dimension is rescaled to its own
-        # [low, high] (as the official NormalizeAction does). Inverse transforms run last
-        # to first: clip to [-1, 1], then rescale.
+        # inverse transforms run last to first: clip to [-1, 1], then rescale per dimension
         transforms += [ActionScaling(), ClipTransform(in_keys_inv=["action"], low=-1.0, high=1.0)]
     if latent is not None:
         state, belief = latent

@@ -11,10 +11,8 @@ sent as the first slot holding it). ``action_heads`` tells the agent which masks
 Converted to MineDojo's native MultiDiscrete([3, 3, 4, 25, 25, 8, 244, 36]), with sticky
 attack / jump and the camera pitch kept within ``pitch_limit`` degrees.
 
-Simulator launches (``make`` + first ``reset``) are serialised across processes by a
-file lock. A simulator that raises during ``step`` or ``reset`` is relaunched by the
-``Restarting`` wrapper every adapter gets (``dreamer.envs``): a new ``MineDojoEnv``
-launches under the lock, and the episode ends as truncated.
+Launches (``make`` + first ``reset``) are serialised across processes by a file lock; a
+simulator that raises is relaunched by ``dreamer.envs``'s ``Restarting`` wrapper.
 """
 
 from __future__ import annotations
@@ -86,9 +84,6 @@ class MineDojoLaunchError(EnvFatalError):
     pass
 
 
-# --------------------------------------------------------------------------- conversions
-
-
 def normalise(name: str) -> str:
     """MineDojo's inventory says "crafting table"; its vocabulary says "crafting_table"."""
     return str(name).strip().replace(" ", "_")
@@ -146,8 +141,7 @@ def item_mask(slots: np.ndarray, slot_mask, size: int) -> np.ndarray:
 
 
 def action_mask(action_type) -> np.ndarray:
-    """The functional head's mask from MineDojo's 8 native functional-action masks;
-    movement and camera choices are always valid."""
+    """The functional head's mask from MineDojo's 8 native ones (moves: always valid)."""
     action_type = np.asarray(action_type, bool).reshape(-1)
     mask = np.ones(len(FUNCTIONAL), np.uint8)
     for native, name in enumerate(NATIVE_FUNCTIONS[1:], start=1):
@@ -156,8 +150,7 @@ def action_mask(action_type) -> np.ndarray:
 
 
 def observation(native: dict, slots: np.ndarray, vocab: Vocabulary, limits) -> dict:
-    """MineDojo's observation dict -> ours (without ``inventory_max``, which needs state);
-    ``slots`` = ``vocab.slot_items`` of its inventory names."""
+    """MineDojo's observation -> ours without ``inventory_max``; ``slots``: ``slot_items``."""
     masks, size = native["masks"], len(vocab.items)
     return {
         "image": np.ascontiguousarray(np.asarray(native["rgb"], np.uint8).transpose(1, 2, 0)),
@@ -197,8 +190,7 @@ def to_native(action, slots: np.ndarray, masks: dict, vocab: Vocabulary) -> np.n
 
 
 def _hold(native: np.ndarray, index: int, value: int, length: int, left: int) -> int:
-    """Keep ``native[index] = value`` going while the agent leaves that part at 0;
-    returns the steps still to hold."""
+    """Keep ``native[index] = value`` while the agent leaves it at 0; returns steps left."""
     if native[index] == value:
         return length
     if native[index] == 0 and left > 0:
@@ -209,9 +201,8 @@ def _hold(native: np.ndarray, index: int, value: int, length: int, left: int) ->
 
 @dataclass
 class Sticky:
-    """Sticky attack and jump: after an attack (jump), the next ``attack`` (``jump``)
-    steps keep attacking (jumping) unless the agent picks another native function
-    (another of jump / sneak / sprint)."""
+    """Sticky attack and jump: the ``attack`` (``jump``) steps after one keep it up unless
+    the agent picks another native function (another of jump / sneak / sprint)."""
 
     attack: int
     jump: int
@@ -235,9 +226,6 @@ def limit_pitch(native: np.ndarray, pitch: float, limit: float) -> np.ndarray:
         native = native.copy()
         native[PITCH] = NO_TURN
     return native
-
-
-# --------------------------------------------------------------------------- the env
 
 
 def action_heads(vocab: Vocabulary) -> tuple[Head, ...]:
@@ -333,11 +321,8 @@ class MineDojoEnv(gymnasium.Env):
         self.action_space = spaces.MultiDiscrete([len(FUNCTIONAL), len(self.vocab.craft_items), n])
         self.action_heads = action_heads(self.vocab)
 
-    # -- simulator lifecycle
-
     def _launch(self) -> dict:
-        """Make a simulator and reset it (the real one starts Java there), one process
-        at a time."""
+        """Make and reset a simulator (Java starts there), one process at a time."""
         try:
             with self._lock.acquire(timeout=self._launch_timeout):
                 sim = self._minedojo.make(**self._make_kwargs)
@@ -361,8 +346,6 @@ class MineDojoEnv(gymnasium.Env):
             with contextlib.suppress(Exception):
                 sim.close()
 
-    # -- episode bookkeeping
-
     def _start_episode(self, native: dict) -> dict:
         self._sticky.reset()
         self._steps = 0
@@ -376,8 +359,6 @@ class MineDojoEnv(gymnasium.Env):
         self._native_obs = native
         self._slots = self.vocab.slot_items(np.asarray(native["inventory"]["name"]).reshape(-1))
         return observation(native, self._slots, self.vocab, self._limits)
-
-    # -- gymnasium API
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)

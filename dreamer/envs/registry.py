@@ -1,11 +1,9 @@
 """Every env kind in one table: ``env=<name>`` (``conf/env/<name>.yaml``) picks a row.
 
-A kind's ``env.*`` keys are a dataclass in ``dreamer/envs/settings.py``, read without
-the env's packages (``--help``, a refused override); its module holds ``make(env, seed)``
-(the gymnasium env; called again to recreate a failed one) and, where it has them,
-``check(env)`` (what the machine must offer: one ``ConfigError`` line) and
-``ACHIEVEMENTS``. Adding an env is one module, its keys, one row here and one YAML.
-"""
+A kind's ``env.*`` keys are a dataclass in ``dreamer/envs/settings.py`` (read without
+the env's packages); its module holds ``make(env, seed)`` (also to recreate a failed
+env) and optionally ``check(env)`` (what the machine must offer: one ``ConfigError``
+line) and ``ACHIEVEMENTS``. Adding an env: one module, its keys, one row, one YAML."""
 
 from __future__ import annotations
 
@@ -31,22 +29,18 @@ class EnvKind:
     module: str  # dreamer.envs.<module>
     settings: type  # its env.* keys: a dataclass over EnvSettings (dreamer/envs/settings.py)
     package: str | None = None  # the import its extra provides
-    # what its envs import when built, preloaded by the env workers' forkserver so they
-    # share it rather than each holding a copy (dm_control.suite: scipy, lxml, ...)
+    # what its envs import, preloaded by the env workers' forkserver so they share it
     preload: str | None = None
     extra: str = ""  # the project's extra that installs that package
     install_note: str = ""  # what else it needs
     caps_episodes: bool = False  # env.length ends episodes here; the others end their own
-    # its make takes the seed: a seeding reset would only start it again (Crafter makes
-    # a new world, ~0.16 s; MineDojo launches Java)
+    # its make takes the seed; a seeding reset would redo it (a Crafter world, a Java launch)
     seeded_by_make: bool = False
     launch_lock: bool = False  # its launches share a lock file in the run directory
     label: str = "name"  # the key that names the configured env in lines
 
     @property
     def adapter(self) -> ModuleType:
-        """Its module: ``make`` (one env), optionally
-        ``check`` (what its package must have) and ``ACHIEVEMENTS``."""
         return importlib.import_module(self.module)
 
     @property
@@ -54,9 +48,8 @@ class EnvKind:
         return tuple(getattr(self.adapter, "ACHIEVEMENTS", ()))
 
     def check(self, env) -> None:
-        """What the machine must offer for ``env``: this kind's package (one
-        ``ConfigError`` line with the install command), and what the kind's own check
-        asks (a task, game or gymnasium id that package has)."""
+        """What the machine must offer for ``env``: this kind's package (else a
+        ``ConfigError`` with the install command) and what the module's ``check`` asks."""
         if self.package and not installed(self.package):
             raise ConfigError(
                 f"env: {env['name']} needs {self.package}; install it with "
@@ -66,10 +59,8 @@ class EnvKind:
             self.adapter.check(env)
 
     def install_extra(self, env) -> None:
-        """Where ``DREAMER_INSTALL_EXTRAS`` is set and this kind's package is missing,
-        pip-install its extra's requirements (as listed in the project's metadata) into
-        this interpreter's environment; an extra that needs more than pip (MineDojo)
-        is left to ``check``'s line."""
+        """Where ``DREAMER_INSTALL_EXTRAS`` is set, pip-install a missing package's extra
+        into this interpreter; one that needs more than pip is left to ``check``'s line."""
         if not os.environ.get(INSTALL_EXTRAS) or not self.package or self.install_note:
             return
         if installed(self.package):
@@ -130,7 +121,6 @@ def kind(name: str) -> EnvKind:
 
 
 def settings(name: str) -> type:
-    """The dataclass of ``env=<name>``'s keys."""
     return kind(name).settings
 
 

@@ -1,5 +1,5 @@
-"""Recreating an environment that raises or returns what its spaces do not allow, so
-one broken env does not end a run, and an env broken for good ends it with one line."""
+"""Recreating an environment that raises or returns what its spaces do not allow: one
+broken env does not end a run; one broken for good ends it with one line."""
 
 from __future__ import annotations
 
@@ -22,9 +22,8 @@ class EnvDataError(RuntimeError):
 
 
 class Checked(gymnasium.Wrapper):
-    """Raises ``EnvDataError`` naming the env, the key and the step when an observation
-    entry has another shape or dtype kind than its space, or an observation or reward
-    is NaN or infinite: such a transition never reaches the agent or replay."""
+    """Raises ``EnvDataError`` on an observation off its space's shape or dtype kind, or a
+    NaN or infinite observation or reward: such a transition never reaches the agent."""
 
     def __init__(self, env: gymnasium.Env, name: str):
         super().__init__(env)
@@ -53,7 +52,6 @@ class Checked(gymnasium.Wrapper):
         return obs, reward, terminated, truncated, info
 
     def _check(self, obs, reward) -> None:
-        """Runs on every transition: cheap tests first, the message only on a failure."""
         for key, space in self.checked.items():
             name = "the observation" if key is None else f"observation {key!r}"
             if key is not None and key not in obs:
@@ -76,14 +74,9 @@ class Checked(gymnasium.Wrapper):
 
 
 class Restarting(gymnasium.Wrapper):
-    """Builds a fresh env from ``factory`` when ``step`` or ``reset`` raises.
-
-    A failed ``step`` ends the episode as truncated, with the new env's first
-    observation; ``info["restart"]`` is 1 on that step (0 otherwise), which the
-    trainer counts as ``env/restarts``. ``attempts`` failures without a good step in
-    between (the same error on every try) re-raise, and so does an ``EnvFatalError``
-    at once.
-    """
+    """Builds a fresh env from ``factory`` when ``step`` or ``reset`` raises; a failed
+    ``step`` ends the episode as truncated with ``info["restart"]`` 1 (``env/restarts``).
+    ``attempts`` failures without a good step between re-raise, an ``EnvFatalError`` at once."""
 
     def __init__(self, factory: Callable[[], gymnasium.Env], attempts: int = 3):
         super().__init__(factory())

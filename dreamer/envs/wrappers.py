@@ -1,9 +1,6 @@
 """gymnasium wrappers for the ``env.*`` image and timing keys: action repeat with frame
-pooling, random no-op starts, resizing and graying images, rendering a vector env to frames.
-
-They run inside the env worker before torchrl's GymWrapper sees the env, so replay and
-the agent only ever see the final frames.
-"""
+pooling, random no-op starts, resizing and graying images, rendering a vector env to
+frames. They run in the env worker, so replay and the agent only see the final frames."""
 
 from __future__ import annotations
 
@@ -76,9 +73,8 @@ class ImageObservation(gymnasium.ObservationWrapper):
 
 
 class ActionRepeat(gymnasium.Wrapper):
-    """Repeats each action ``repeat`` times, summing rewards and stopping at an episode end;
-    ``pooling`` > 1 returns the pixel-wise max over the last ``pooling`` image frames
-    (Atari flicker), where the observation is one image."""
+    """Repeats each action ``repeat`` times, summing rewards; ``pooling`` > 1 returns the
+    pixel-wise max over the last ``pooling`` frames of an image observation (flicker)."""
 
     def __init__(self, env: gymnasium.Env, repeat: int, pooling: int = 1):
         super().__init__(env)

@@ -1,6 +1,4 @@
-"""Rank 0's evaluations during training: due every ``eval.every`` env steps, played in
-the eval process while the learner goes on, written as metrics rows and drawn as
-reports on the render pool."""
+"""Rank 0's evaluations every ``eval.every`` env steps, as metrics rows and reports."""
 
 from __future__ import annotations
 
@@ -29,17 +27,15 @@ class PeriodicEvaluation:
         self.due = Clock.aligned(cfg.eval.every, start)
 
     def resume(self, resume: dict | None) -> None:
-        """An evaluation in flight when the last run stopped, lost with the process that
-        ran it, runs again (unless its row was written after all)."""
+        """Rerun the evaluation in flight when the last run stopped, unless its row exists."""
         in_flight = (resume or {}).get("evaluation") or {"step": None}
         if in_flight["step"] is not None and not has_eval_row(self.logdir, in_flight["step"]):
             self.start_pool()
             self.runner.load_state_dict(in_flight)
 
     def start_pool(self) -> None:
-        """The render pool's workers, started with the first evaluation (whose episodes
-        take longer than their start), not with the run: on few cores their imports
-        took the CPU the run's first env steps and updates needed."""
+        """Start the render pool at the first evaluation, not with the run: on few cores
+        its imports took the CPU the run's first env steps and updates needed."""
         if not self.pool_started:
             self.pool_started = True
             self.pool.start()

@@ -1,13 +1,9 @@
 """Figures and videos, drawn off the training loop by a pool of processes.
 
-Renderers take plain numpy arrays and lists (never live models) and a path. Their files
-are byte-identical whether drawn inline or on the pool: a fixed matplotlib backend and
-style, PNGs without software/time metadata, videos encoded single-threaded.
-
-``RenderPool(workers)``: ``workers=0`` draws inline; ``DREAMER_RENDER_WORKERS``
-overrides the configured size. A renderer that raises is reported (which file, why)
-and the run goes on. A worker that dies (killed, out of memory) breaks the process pool;
-it is replaced and the figures it had not finished are drawn again, once.
+Renderers take plain arrays and lists (never live models) and a path; their files are
+byte-identical inline or on the pool (fixed matplotlib backend and style, PNGs without
+metadata, videos encoded single-threaded). A failed renderer is reported and the run goes
+on; a pool a dead worker broke is replaced and its unfinished figures drawn again, once.
 """
 
 from __future__ import annotations
@@ -46,8 +42,7 @@ def _pyplot():
 
 
 def _save(figure, path: Path, **metadata: str) -> None:
-    """The PNG, its ``Comment`` text every label drawn on it (titles, axes, legends,
-    colour scales, notes) as a JSON list: what a reader sees, checkable from the file."""
+    """Save the PNG with every label drawn on it as a JSON list in its ``Comment``."""
     from matplotlib.text import Text
 
     figure.draw_without_rendering()  # lays out the tick labels (savefig renders)
@@ -57,10 +52,8 @@ def _save(figure, path: Path, **metadata: str) -> None:
 
 
 def open_loop(path: Path, truth: np.ndarray, model: np.ndarray, context: int) -> None:
-    """Rows: truth, model, error; columns: time steps ([T, H, W, 3] uint8 each). The first
-    ``context`` model frames are reconstructions, the rest imagined. The error row is
-    each pixel's |truth - model| averaged over RGB, on one colour scale (0-255) drawn
-    beside it."""
+    """Rows: truth, model (the first ``context`` frames reconstructed), and each pixel's
+    |truth - model| averaged over RGB on one 0-255 scale; columns: the [T, H, W, 3] steps."""
     plt = _pyplot()
     steps = truth.shape[0]
     figure, axes = plt.subplots(3, steps, figsize=(steps * 0.9 + 0.8, 3.0), squeeze=False)
@@ -96,10 +89,8 @@ def curve(
     title: str,
     labels: dict[str, str] | None = None,
 ) -> None:
-    """Lines of (x, y) per name, e.g. train and eval return vs env steps, ``labels`` their
-    legend entries (default: the names); a line of few points gets markers, a single
-    point among them. The PNG's ``Description`` text holds each line's point count as
-    JSON."""
+    """Lines of (x, y) per name, ``labels`` their legend entries (default: the names); the
+    PNG's ``Description`` holds each line's point count as JSON."""
     plt = _pyplot()
     figure, axis = plt.subplots(figsize=(6, 4))
     for name, (x, y) in series.items():
@@ -115,8 +106,7 @@ def curve(
 
 
 def bars(path: Path, names: list[str], values: list[float], title: str, xlabel: str = "%") -> None:
-    """Horizontal bars, e.g. Crafter's per-achievement success rates in %; with every
-    bar at 0, a note across them says so (empty bars read as a broken figure)."""
+    """Horizontal bars of rates in %; all at 0, a note says so (else it reads as broken)."""
     plt = _pyplot()
     figure, axis = plt.subplots(figsize=(6, 0.25 * len(names) + 1.2))
     axis.barh(range(len(names)), values)
@@ -133,8 +123,7 @@ def bars(path: Path, names: list[str], values: list[float], title: str, xlabel: 
 
 
 def video(path: Path, frames: np.ndarray, fps: int = 16) -> Path:
-    """[T, H, W, 3] uint8 frames as an MP4 (imageio's ffmpeg plugin, one encoder thread
-    so the bytes do not depend on scheduling), or a GIF when ffmpeg is unavailable."""
+    """[T, H, W, 3] uint8 frames as an MP4, or a GIF without imageio's ffmpeg plugin."""
     import imageio.v2 as imageio
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -165,8 +154,7 @@ def draw(kind: str, path: Path, arguments: dict) -> Path:
 
 
 def _start_worker() -> None:
-    """Pool workers leave Ctrl-C to the run, which drains and closes the pool, and
-    die with it if it is killed outright (SIGKILL, out of memory)."""
+    """Workers leave Ctrl-C to the run, which drains the pool, and die with it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with_parent()
     _pyplot()
@@ -191,9 +179,8 @@ def default_workers() -> int:
 
 
 class RenderPool:
-    """Draws submitted figures inline (0 workers) or on worker processes: in a training
-    run forked from its forkserver, which has imported numpy and torch (a spawned worker
-    took ~0.7 s of CPU to start, a forked one ~0.4), elsewhere spawned."""
+    """Draws figures inline (0 workers) or on workers forked from the run's forkserver,
+    which has numpy and torch imported (faster to start), else spawned."""
 
     def __init__(self, workers: int, relaunches: Relaunches | None = None, on_file=None):
         """``on_file(path)``: called with each file drawn (e.g. to send it to trackers)."""
@@ -212,9 +199,7 @@ class RenderPool:
         return ProcessPoolExecutor(self.workers, mp_context=context, initializer=_start_worker)
 
     def start(self) -> None:
-        """Start every worker now, ahead of the first figure (they import matplotlib for
-        seconds); ``poll`` logs their pids once they are up. Not waited for: the run
-        goes on meanwhile."""
+        """Start every worker now, not waited for: they import matplotlib for seconds."""
         if self._pool is not None:
             with children_keep_signals():
                 self._starting = [self._pool.submit(_ready) for _ in range(self.workers)]
@@ -257,8 +242,8 @@ class RenderPool:
         log.error("render failed: %s", message)
 
     def poll(self) -> None:
-        """Replace a pool a dead worker broke (its figures are drawn again), and report
-        finished renders. Cheap enough to call every loop iteration."""
+        """Replace a pool a dead worker broke and report finished renders; cheap enough
+        for every loop iteration."""
         if self._pool is None or not self._pool._broken:  # no public accessor
             self._announce()
             self.collect()

@@ -1,9 +1,7 @@
-"""What the reports show, computed from a model and plain data, and queued on the render
-pool (drawing is render.py's)."""
+"""What the reports show, computed from a model and data and queued on the render pool."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +10,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from dreamer.agent.build import Agent, reco_key
 from dreamer.envs import registry
+from dreamer.outputs.logs import metric_rows
 
 
 def _to_uint8(images: torch.Tensor) -> np.ndarray:
@@ -23,10 +22,9 @@ def _to_uint8(images: torch.Tensor) -> np.ndarray:
 def open_loop(
     agent: Agent, batch: TensorDictBase, context: int, image: str
 ) -> tuple[np.ndarray, np.ndarray]:
-    """DreamerV3's open-loop report for replayed windows ``batch`` [B, T]: the posterior
-    follows the first ``context`` observations, then the prior alone predicts the rest
-    from the real actions. Returns (truth, model) uint8 frames of shape [B, T, H, W, 3];
-    the model's first ``context`` frames are reconstructions, the rest imagined."""
+    """DreamerV3's open-loop report on replayed windows ``batch`` [B, T]: the posterior
+    sees ``context`` observations, then the prior predicts the rest from the real actions.
+    Returns (truth, model) uint8 frames, [B, T, H, W, 3] each."""
     world = agent.world_model
     batch = batch.to(next(world.parameters()).device)
     rollout, decoder = world.module[1], world.module[2]
@@ -69,9 +67,7 @@ def learning_curves(metrics: Path) -> tuple[dict[str, tuple[list, list]], dict[s
     """Train episode returns and eval returns vs env steps, read from ``metrics.jsonl``,
     and their legend entries: what each point is and how many episodes are behind it."""
     series: dict[str, tuple[list[float], list[float]]] = {}
-    rows = (
-        [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
-    )
+    rows = metric_rows(metrics)
     for name, key in (("train", "episode/return"), ("eval", "eval/return")):
         points = [(row["env_steps"], row[key]) for row in rows if row.get(key) is not None]
         if points:
@@ -89,10 +85,8 @@ def learning_curves(metrics: Path) -> tuple[dict[str, tuple[list, list]], dict[s
 def submit_reports(
     pool, logdir: Path, result, cfg, agent: Agent, replay, image: str | None, under: str = "eval"
 ):
-    """Queue one evaluation's reports on the render pool, under
-    ``<logdir>/<under>/<step>/`` (``eval``: training's own; ``dreamer.evaluate`` writes
-    beside them): the first episode's video, the open-loop predictions on a replayed
-    window, the learning curves so far and, for Crafter, the achievement success rates."""
+    """Queue one evaluation's reports under ``<logdir>/<under>/<step>/``: the first
+    episode's video, the open-loop predictions, the learning curves, Crafter's rates."""
     folder = report_folder(logdir, result.step, under)
     open_loop_frames = replay_open_loop(agent, replay, image, cfg.replay.length)
     curves, labels = learning_curves(logdir / "metrics.jsonl")

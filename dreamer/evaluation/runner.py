@@ -1,6 +1,4 @@
-"""Greedy evaluation: episodes summarised into ``eval/*`` metrics, and the periodic
-evaluation that runs during training on an env process of its own (torchrl's
-``Evaluator``, process backend) while the learner goes on."""
+"""Greedy evaluation, on a process of its own during training, as ``eval/*`` metrics."""
 
 from __future__ import annotations
 
@@ -33,8 +31,7 @@ BUILD_TIMEOUT = 120.0  # s a shutdown waits for an evaluation process still bein
 
 @dataclass
 class EvalResult:
-    """What one evaluation saw: per-episode returns and lengths, the first episode's
-    frames (for the video) and, for Crafter, each achievement's success rate in %."""
+    """One evaluation's episodes; ``frames``: the first one's, ``achievements``: rates in %."""
 
     returns: list[float]
     lengths: list[int]
@@ -60,8 +57,7 @@ class EvalResult:
 def summarize(
     episodes: list[TensorDictBase], image: str | None, achievement_names: tuple[str, ...]
 ) -> EvalResult:
-    """``episodes``: one [T] tensordict per finished episode (env units: the return is
-    RewardSum's, taken before any reward scaling)."""
+    """``episodes``: one [T] tensordict each; returns in env units (before reward scaling)."""
     result = EvalResult(
         returns=[float(e.get(("next", "episode_reward"))[-1]) for e in episodes],
         lengths=[int(e.get(("next", "step_count"))[-1]) for e in episodes],
@@ -92,9 +88,7 @@ def make_eval_env(
 
 @contextlib.contextmanager
 def _quiet_end_of(thread, step):
-    """torchrl's evaluator thread, waiting on an evaluation that outlasts the shutdown's
-    5 s, raises when the shutdown ends its worker: one line instead of a traceback that
-    reads like a crash. Other threads' exceptions reach the usual hook."""
+    """Log one line, not a traceback, when a shutdown ends the worker ``thread`` waits on."""
     previous = threading.excepthook
 
     def hook(args):
@@ -111,20 +105,10 @@ def _quiet_end_of(thread, step):
 
 
 class EvalRunner:
-    """Plays ``eval.episodes`` episodes with the mode action, in the background during
-    training (``trigger``, then ``poll``) or blocking (``run``, for dreamer.evaluate).
-
-    torchrl's ``Evaluator`` (process backend) owns one child process that builds the
-    eval envs and policy itself and receives the learner's weights at each trigger; the
-    trajectories come back to this process, where ``summarize`` runs on the Evaluator's
-    coordination thread. At most one evaluation is in flight: a trigger while one runs
-    is skipped (and logged).
-
-    torchrl's Evaluator does not survive its process: the evaluation in flight never
-    finishes and every later trigger is skipped. ``poll`` watches the process; when it
-    died, the Evaluator is replaced (its process starts at the next trigger, counted in
-    ``relaunches``) and the evaluation in flight runs again with the same weights, once;
-    if that one dies too, it is skipped and logged."""
+    """Plays ``eval.episodes`` episodes with the mode action: in the background during
+    training (``trigger``, then ``poll``) or blocking (``run``). At most one is in flight,
+    in the process of torchrl's ``Evaluator``, which does not survive it: ``check``
+    replaces a dead one and runs the evaluation in flight again, once."""
 
     def __init__(
         self,
@@ -174,8 +158,7 @@ class EvalRunner:
         achievement_names: tuple[str, ...],
         relaunches: Relaunches | None = None,
     ) -> EvalRunner:
-        """The runner for a run's ``eval.*``, acting with its model (``env``: the env
-        node as ``dreamer.envs.env_config`` gives it)."""
+        """The runner for a run's ``eval.*`` (``env``: ``dreamer.envs.env_config``'s node)."""
         return cls(
             eval_cfg=cfg.eval,
             env=env,
@@ -201,10 +184,7 @@ class EvalRunner:
         return self._result(self.evaluator.evaluate(policy, step=step))
 
     def process(self):
-        """The evaluation process (a ``multiprocessing.Process``), once one started.
-
-        torchrl's Evaluator has no public accessor: its process backend is a thread
-        driving a one-worker ``MultiSyncCollector`` that it builds at the first trigger."""
+        """The evaluation's ``multiprocessing.Process`` once started (torchrl has no accessor)."""
         collector = compat.evaluator_collector(self.evaluator)
         procs = getattr(collector, "procs", None) or []
         return procs[0] if procs else None
@@ -213,8 +193,7 @@ class EvalRunner:
         process = self.process()
         if process is not None and not process.is_alive():
             return True
-        # the backend thread ends with an error when it finds its process dead (ident:
-        # it was started, not just created)
+        # the backend thread ends when it finds its process dead (ident: it was started)
         thread = compat.evaluator_thread(self.evaluator)
         started = thread is not None and thread.ident is not None
         return self.pending_step is not None and started and not thread.is_alive()
@@ -279,8 +258,7 @@ class EvalRunner:
             self._pending_weights = None
 
     def poll(self, timeout: float = 0) -> EvalResult | None:
-        """The finished background evaluation's result, if there is one; relaunches a
-        dead evaluation process."""
+        """The finished evaluation's result, if any; relaunches a dead evaluation process."""
         raw = self.evaluator.poll(timeout)
         if raw is None:
             self.check()
@@ -289,8 +267,7 @@ class EvalRunner:
         return self._result(raw)
 
     def finish(self) -> EvalResult | None:
-        """Wait up to ``eval.timeout`` s for the evaluation in flight, if any (run again
-        if its process dies meanwhile)."""
+        """Wait up to ``eval.timeout`` s for the evaluation in flight, if any."""
         if self.pending_step is None:
             return None
         log.info("waiting for the evaluation at env step %d", self.pending_step)
@@ -317,18 +294,14 @@ class EvalRunner:
         self._submit(state["step"])
 
     def shutdown(self, timeout: float = 10.0) -> None:
-        """Stop the evaluation process. torchrl's shutdown gives it 5 s; on a loaded
-        machine it can miss them and live on, and the run's exit would then wait for
-        it forever (multiprocessing joins its children at exit): end it here."""
+        """Stop the evaluation process, ending it if it outlives torchrl's 5 s shutdown:
+        multiprocessing joins its children at exit, so it would hold the run's exit."""
         process = self.process()
         thread = compat.evaluator_thread(self.evaluator)
         with _quiet_end_of(thread, self.pending_step):
             self.evaluator.shutdown()
-            # a trigger just before may still be building the process in torchrl's backend
-            # thread: its shutdown waits 5 s for that thread, then closes the collector
-            # only if one exists by then. Wait for the thread, then close what it built
-            # (torchrl's own "close", answered once the process is up), else the
-            # process, started after the shutdown, would hold the run's exit forever.
+            # a trigger just before may still be building the process in torchrl's thread,
+            # which the shutdown waits only 5 s for: wait, then close what it built
             if thread is not None and thread.ident is not None:
                 thread.join(BUILD_TIMEOUT)  # woken by the shutdown: long only while building
                 self.evaluator.shutdown()  # a no-op where the first one closed it

@@ -30,13 +30,8 @@ def _finite(batch: TensorDictBase) -> bool:
 
 class AveragingSkippingOptimizer(DreamerV3Optimizer):
     """DreamerV3's optimizer that averages the gradients across ranks, then skips a step
-    whose gradients hold NaN or Inf.
-
-    torchrl's stepper calls ``optimizer.step()`` right after backward, outside any
-    captured graph, so this is the one place to refuse a poisoned update, and the one
-    place to average gradients across ranks (``average``) before they are judged:
-    every rank then sees the same gradients and takes the same decision.
-    """
+    whose gradients hold NaN or Inf: torchrl's stepper calls ``step()`` right after
+    backward, outside any captured graph, and every rank judges the same gradients."""
 
     def __init__(self, *args, average: GradientAverager | None = None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -65,11 +60,8 @@ class AveragingSkippingOptimizer(DreamerV3Optimizer):
 
 
 def use_compile_cache() -> None:
-    """torch.compile's caches (inductor's code, AOT autograd's graphs) in the user cache,
-    ``$XDG_CACHE_HOME/dreamer/torch-compile``, unless ``TORCHINDUCTOR_CACHE_DIR`` names
-    another: torch's default is under /tmp, which a reboot or another node of a cluster
-    does not have, so a resumed run would compile again. (Importing torchrl already sets
-    the variable to torch's default, so that value counts as unset.)"""
+    """torch.compile's caches in ``$XDG_CACHE_HOME/dreamer/torch-compile``, not /tmp (lost at a
+    reboot), unless ``TORCHINDUCTOR_CACHE_DIR`` is set and not torch's default (torchrl sets it)."""
     chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if chosen is None or Path(chosen) == Path(default_cache_dir()):
         base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
@@ -82,14 +74,9 @@ CUDA_THREADS = 4  # a GPU learner's host threads only sample replay and launch k
 def learner_threads(
     configured: int, device: torch.device, paced: bool = False, collectors: int = 0
 ) -> int:
-    """``learner.threads`` resolved: 0 means, on the CPU, every usable core when
-    collection is paced (``collector.pace``: it yields them to the update), else half,
-    at least one, since the env workers and the inference process then run beside it
-    (benchmarks/README.md, "The run"); on CUDA the cores the ``collectors`` (env worker
-    and inference processes) leave, at most ``CUDA_THREADS``, at least one: the GPU does
-    the work, the env workers need the cores. An ``OMP_NUM_THREADS`` in the environment
-    caps the CPU's choice: it says how many threads this process may take (``make test``
-    runs two trainers on two cores)."""
+    """``learner.threads`` resolved; 0: on the CPU every usable core when ``collector.pace``
+    yields them, else half (the rest for collection), at most ``OMP_NUM_THREADS``; on CUDA
+    what the ``collectors`` processes leave, 1 to ``CUDA_THREADS`` (benchmarks/README.md)."""
     if configured:
         return configured
     if device.type == "cuda":
@@ -101,9 +88,8 @@ def learner_threads(
 
 
 def learner_modes(learner_cfg, device: torch.device) -> dict[str, bool]:
-    """``learner.compile`` / ``cudagraph`` / ``precision`` resolved for ``device``:
-    ``auto`` is on for CUDA and off for the CPU; CUDA graphs on a CPU are refused, and
-    bf16 on a CPU without bf16 in hardware (``cpu_has_bf16``)."""
+    """``learner.compile`` / ``cudagraph`` / ``precision`` for ``device`` (``auto``: on for
+    CUDA only); refuses CUDA graphs on a CPU, and bf16 on a CPU without it in hardware."""
     cuda = device.type == "cuda"
     if not cuda and learner_cfg.cudagraph == "true":
         raise ConfigError(
@@ -128,21 +114,16 @@ def learner_modes(learner_cfg, device: torch.device) -> dict[str, bool]:
 
 
 def cpu_has_bf16() -> bool:
-    """Whether this CPU computes bf16 in hardware, as torch's own detection says
-    (``torch.cpu.get_capabilities``, torch >= 2.13): x86's avx512_bf16 or AMX bf16, ARM's
-    bf16 or SVE bf16. Elsewhere bf16 is emulated, slower than fp32; an older torch has no
-    public answer: no."""
+    """Whether torch says this CPU has bf16 in hardware (``torch.cpu.get_capabilities``,
+    torch >= 2.13; older: no). Elsewhere bf16 is emulated, slower than fp32."""
     capabilities = getattr(torch.cpu, "get_capabilities", None)
     found = capabilities() if capabilities is not None else {}
     return any(found.get(name) for name in ("avx512_bf16", "amx_bf16", "bf16", "sve_bf16"))
 
 
 def compiles_losses(device: torch.device) -> bool:
-    """Whether ``learner.compile`` also compiles the losses after imagination, beside the
-    RSSM steps. On a CPU inductor builds every kernel with its own C++ compiler run (~2 s
-    each on 2 cores): those losses, 38 kernels, took 58 s of a 73 s cold compile at size1m
-    for 8% of an update (0.70 -> 0.65 s). Compiled where kernels build in parallel on many
-    cores and fusion saves GPU memory traffic: CUDA."""
+    """Whether ``learner.compile`` also compiles the losses after imagination: CUDA only;
+    on a CPU their 38 kernels took 58 s of a 73 s cold compile (size1m) for 8% of an update."""
     return device.type == "cuda"
 
 
@@ -165,9 +146,8 @@ def describe(learner_cfg, modes: dict[str, bool], device: torch.device) -> str:
 
 
 class Learner:
-    """Data parallel across ``world``'s ranks: rank 0's initial weights everywhere, then
-    gradients (and return statistics) averaged before every optimizer step, so the
-    weights stay bit-identical on all ranks."""
+    """Data parallel: rank 0's initial weights everywhere, then gradients (and return
+    statistics) averaged before every step, so the ranks' weights stay bit-identical."""
 
     def __init__(self, agent: Agent, learner_cfg, device: torch.device, world: World = World()):
         keep_freed_memory()  # the update's tensors reused, not page-faulted in each update
@@ -193,9 +173,7 @@ class Learner:
         if self.modes["compile"]:
             use_compile_cache()
             self.loss.compile_steps(behavior=compiles_losses(device))
-        # torchrl's stepper: forward, backward, optimizer and target update, its CUDA
-        # graph capture; not its whole-step compile or its autocast (CUDA only): the
-        # loss compiles its own graphs and autocasts on every device
+        # not the stepper's compile or CUDA-only autocast: the loss does its own, on any device
         self.stepper = DreamerV3OptimizationStepper(
             self.loss,
             self.optimizer,
@@ -216,9 +194,8 @@ class Learner:
             self._warm = True
         saved = [buffer.clone() for buffer in self._statistics]
         skipped_before = self.optimizer.skipped
-        metrics = None
-        if _finite(batch):  # else no gradient is usable: the update is skipped
-            metrics = self.stepper.step(None, batch)
+        # a batch with NaN/Inf gives no usable gradient: the update is skipped
+        metrics = self.stepper.step(None, batch) if _finite(batch) else None
         if metrics is None:
             self._skip_update()
         if self.optimizer.skipped > skipped_before:
@@ -231,18 +208,12 @@ class Learner:
                 f"(learner.max_skips={self.max_skips}); stopping with a checkpoint"
             )
         self.updates += 1
-        if metrics is None:
-            return {}
-        return {
-            key: value.detach()
-            for key, value in metrics.items()
-            if isinstance(key, str) and value.numel() == 1
-        }
+        items = () if metrics is None else metrics.items()
+        return {k: v.detach() for k, v in items if isinstance(k, str) and v.numel() == 1}
 
     def _skip_update(self) -> None:
-        """No usable gradient from this batch: step with NaN gradients, which the
-        optimizer refuses after the all-reduce, so every rank skips this update together
-        (alone, the same skip); the target network steps as on the other ranks."""
+        """Step with NaN gradients, which the optimizer refuses after the all-reduce, so
+        every rank skips this update together; the target network steps as on the others."""
         for parameter in self.loss.parameters():
             if parameter.grad is None:
                 parameter.grad = torch.full_like(parameter, float("nan"))

@@ -1,5 +1,4 @@
-"""Run outputs: ``metrics.jsonl``, TensorBoard events, experiment trackers (see
-``trackers.py``) and the progress bar."""
+"""Run outputs: ``metrics.jsonl``, TensorBoard, trackers (``trackers.py``), progress bar."""
 
 from __future__ import annotations
 
@@ -21,9 +20,7 @@ log = logging.getLogger("dreamer")
 
 
 def setup_logging(rank: int = 0) -> None:
-    """INFO lines of ours from rank 0; the other ranks of a data-parallel job log
-    warnings and errors only, each line tagged with its rank. Other libraries (absl,
-    OpenGL, ...) log warnings and errors only."""
+    """Rank 0 logs our INFO lines; other ranks (tagged) and libraries log warnings and errors."""
     tag = f"[rank {rank}] " if rank else ""
     logging.basicConfig(
         level=logging.WARNING,
@@ -46,11 +43,8 @@ class OutputError(OSError):
 
 
 class ResumedTensorboard(TensorboardLogger):
-    """torchrl's ``TensorboardLogger`` whose writer purges, for TensorBoard's readers, the
-    events a killed run wrote past the checkpoint its resume goes on from (``start``):
-    ``SummaryWriter(purge_step=start + 1)``, TensorBoard's own answer (a fresh start: all
-    that a run killed before its first checkpoint wrote). Without it every
-    step between a checkpoint and a kill -9 or a preemption showed twice."""
+    """torchrl's ``TensorboardLogger`` whose writer purges the events a killed run wrote
+    past the checkpoint its resume goes on from (``start``), which would show twice."""
 
     def __init__(self, exp_name: str, log_dir: str, start: int = 0):
         self.start = start  # read by _create_experiment, which torchrl's __init__ calls
@@ -64,8 +58,7 @@ class ResumedTensorboard(TensorboardLogger):
 
 
 class MetricsWriter:
-    """Appends one JSON object per log interval; mirrors scalars to TensorBoard and to
-    the experiment trackers, and hands them the files drawn for evaluations."""
+    """One JSON line per log interval, its scalars mirrored to TensorBoard and trackers."""
 
     def __init__(self, logdir: Path, tensorboard: bool = True, trackers=(), start: int = 0):
         """``start``: the env step a resumed run goes on from; its metrics.jsonl holds no
@@ -96,8 +89,7 @@ class MetricsWriter:
 
     @staticmethod
     def truncate(logdir: Path, last_step: int) -> None:
-        """Drop the lines written after the checkpoint at ``last_step`` (a resumed run
-        writes them again), atomically."""
+        """Drop the lines past the checkpoint at ``last_step`` (a resume writes them again)."""
         path = logdir / "metrics.jsonl"
         if not path.exists():
             return
@@ -112,8 +104,7 @@ class MetricsWriter:
             key: (value if math.isfinite(value) else None) if isinstance(value, float) else value
             for key, value in metrics.items()
         }
-        # the file's own (TensorBoard and trackers time theirs): where the row gives none,
-        # the moment it is written; the loop gives the moment its interval ended
+        # the loop gives its interval's end; other rows get the moment they are written
         clean.setdefault("timestamp", time.time())
         try:
             self.file.write(json.dumps(clean, sort_keys=True) + "\n")
@@ -143,17 +134,21 @@ class MetricsWriter:
                 log.error("closing the run's outputs: %s", error)
 
 
-def has_eval_row(logdir: Path, step: int) -> bool:
-    """Has metrics.jsonl the evaluation row of env step ``step``?"""
-    path = logdir / "metrics.jsonl"
+def metric_rows(path: Path) -> list[dict]:
+    """The rows of ``metrics.jsonl`` at ``path``, less a line cut short by a crash."""
+    rows = []
     for line in path.read_text().splitlines() if path.exists() else []:
         try:
-            row = json.loads(line)
-        except ValueError:  # cut short by a crash
+            rows.append(json.loads(line))
+        except ValueError:
             continue
-        if row.get("env_steps") == step and "eval/return" in row:
-            return True
-    return False
+    return rows
+
+
+def has_eval_row(logdir: Path, step: int) -> bool:
+    """Has metrics.jsonl the evaluation row of env step ``step``?"""
+    rows = metric_rows(logdir / "metrics.jsonl")
+    return any(row.get("env_steps") == step and "eval/return" in row for row in rows)
 
 
 def _step(line: str) -> int | None:
@@ -167,9 +162,8 @@ def _step(line: str) -> int | None:
 
 
 class IntervalMeans:
-    """Means over a log interval of the learner's scalar losses. They are summed on
-    their device as they come and read to the host once per metrics row: a ``float()``
-    per loss and update would wait for the device at every update."""
+    """Means over a log interval of the learner's scalar losses, summed on their device
+    and read once per row: a ``float()`` per update would wait for the device each time."""
 
     def __init__(self):
         self._sums: dict[str, torch.Tensor] = {}
@@ -212,18 +206,8 @@ class Rates:
 
 
 class Progress:
-    """tqdm bar over env steps with their rate, the updates done, their rate and the ETA;
-    redrawn after every update and every collected batch (tqdm redraws at most every
-    0.1 s).
-
-    Both rates are this process's means since it started: tqdm's own env-step rate is
-    an average it updates only when env steps move, so it stood still (45.20step/s for
-    two minutes) while a burst of updates held the env steps.
-
-    The ETA is the trainer's estimate: the updates left to ``run.steps`` times the
-    loop's wall seconds per update since this process's first update ("?" until its
-    second). tqdm's own ETA, from the env-step rate, swung 13x with the bursts of
-    updates. Without updates to come: the env-step rate."""
+    """tqdm bar over env steps, updates, their mean rates and the ETA (updates left times
+    seconds per update), not tqdm's rate and ETA: those stall and swing with update bursts."""
 
     def __init__(
         self,
@@ -252,9 +236,7 @@ class Progress:
         self.total_updates = 0.0  # the loop's ``expect`` says, before any redraw
 
     def expect(self, total_updates: float) -> None:
-        """The updates the run will have made at ``run.steps``, as the schedule says now
-        (it counts from its first update, which comes with the first collected batch
-        past ``train_starts``); the loop tells it after every schedule call."""
+        """The updates the run will have made at ``run.steps``, as the schedule says now."""
         self.total_updates = total_updates
 
     def update(self, env_steps: int, updates: int) -> None:

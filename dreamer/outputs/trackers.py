@@ -1,13 +1,9 @@
 """Experiment trackers (``logger=[jsonl,tensorboard,mlflow,wandb]``) on torchrl's loggers.
 
-Each tracker gets the rows written to ``metrics.jsonl`` (same keys but the file's own
-``timestamp``, same env steps), the evaluation videos and figures as they are drawn, and
-the resolved config as parameters. It sends from a thread of its own, so a slow or
-unreachable tracker never holds up training: its first failure logs one warning and the
-tracker is dropped for the rest of the run (``metrics.jsonl`` has everything). The
-tracker's run id is kept in ``<run.logdir>/trackers.json``, so a resumed run logs to the
-same tracker run.
-"""
+Each tracker gets the ``metrics.jsonl`` rows, the evaluation videos and figures, and the
+resolved config, sent from a thread of its own so that a slow or unreachable tracker
+never holds up training: its first failure logs one warning and drops it for the run.
+Its run id is kept in ``<run.logdir>/trackers.json``: a resumed run logs to the same run."""
 
 from __future__ import annotations
 
@@ -31,8 +27,7 @@ log = logging.getLogger(__name__)
 
 IDS_FILE = "trackers.json"
 CLOSE_TIMEOUT_S = 30.0  # what the end of a run waits for a tracker's pending items
-# An MLflow server that went away is retried 7 times with backoff by default (minutes);
-# a tracker thread gives up sooner unless the user set these.
+# MLflow retries a lost server 7 times with backoff by default (minutes): give up sooner
 MLFLOW_RETRIES = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
@@ -59,8 +54,7 @@ def scalars(row: dict) -> dict[str, float]:
 
 
 class MlflowTracker:
-    """torchrl's ``MLFlowLogger``, started on the run id of an earlier part of this run
-    when there is one (torchrl's starts a new run each time)."""
+    """torchrl's ``MLFlowLogger``, resuming this run's earlier MLflow run if any."""
 
     name = "mlflow"
 
@@ -228,8 +222,7 @@ class TrackerThread:
 
 
 def check_installed(names) -> None:
-    """``ConfigError`` (one line) for a tracker in ``names`` whose extra is missing:
-    checked before the run builds anything."""
+    """``ConfigError`` for a tracker in ``names`` whose extra is missing."""
     for name in sorted(set(names) & set(TRACKERS)):
         if not installed(name):
             raise ConfigError(

@@ -1,16 +1,6 @@
-"""Everything a resume needs, on disk safely.
-
-- ``save``/``latest``/``load``: atomic checkpoints (temporary file, fsync, rename), so
-  a crash mid-write leaves the previous checkpoint intact; the last ``keep`` are kept
-  (their names on disk: ``dreamer.runtime.rotation``).
-  Each holds its format number and a SHA-256 of its content; loading unpickles tensors
-  and plain containers only (``weights_only``), so a shared file runs no code, and a
-  damaged one is refused (``newest_good`` resumes from the newest whole one instead).
-- ``Registry``: each stateful part registers by name; one call saves or restores all.
-  A part may also define ``before_checkpoint(step)`` and ``after_checkpoint(steps)``
-  (the env steps of the checkpoints on disk once one is written): the replay keeps its
-  contents in files of its own and deletes only what no kept checkpoint reads.
-"""
+"""Checkpoints written atomically with a SHA-256 of their content, loaded ``weights_only`` (a
+shared file runs no code), and the ``Registry`` of stateful parts, saved or restored in one
+call (a part may define ``before_checkpoint(step)`` and ``after_checkpoint(steps on disk)``)."""
 
 from __future__ import annotations
 
@@ -38,11 +28,8 @@ from dreamer.runtime.rotation import (
 from dreamer.runtime.signals import stop_moment
 
 log = logging.getLogger("dreamer")
-# Left in the run directory by rank 0 with REQUEUE_EXIT: torchrun reports any worker's
-# non-zero code as 1, so a batch script learns of a checkpointed stop from this file.
-# Of the saved dict. 2: the replay's contents are files under <run.logdir>/replay and
-# the checkpoint holds their index; 1: the replay's contents inside (memory) or its
-# ring of memory-mapped files (disk), read and converted by the replay. Others: refused.
+# Format 2: the replay's contents are files under <run.logdir>/replay, indexed here;
+# 1 (converted by the replay): its contents inside, or its ring of memory-mapped files.
 FORMAT = 2
 READS = (1, 2)
 DAMAGED_SUFFIX = ".damaged"  # a checkpoint a resume found damaged, kept for inspection
@@ -53,11 +40,8 @@ class UnsafeCheckpointError(CheckpointError):
 
 
 def save(logdir: Path, step: int, state: dict, keep: int = 3) -> Path:
-    """Write atomically; on failure (disk full, quota) the previous checkpoints stay
-    intact, the partial file is removed and ``CheckpointError`` says why.
-
-    Ours rather than torchrl's ``CheckpointRotation``: that one renames without fsync,
-    so a power loss or kill -9 right after a save can leave neither checkpoint."""
+    """Write atomically with an fsync (torchrl's ``CheckpointRotation`` has none: a power loss
+    can leave neither checkpoint); on failure the older ones stay, ``CheckpointError`` says why."""
     folder = checkpoint_dir(logdir)
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / f"{PREFIX}{step:012d}.pt"
@@ -112,9 +96,8 @@ def checksum(state: dict) -> str:
 
 
 def load(path: Path) -> dict:
-    """The checkpoint's content; ``CheckpointError`` (one line naming the file) for a
-    file that is not whole, not a checkpoint of this format, or whose unpickling would
-    build anything but tensors and plain containers (nothing of it runs)."""
+    """The checkpoint's content; ``CheckpointError`` naming the file for one not whole, of
+    another format, or that would build anything but tensors and plain containers."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # torch.load raises many kinds on a foreign or cut file
@@ -146,9 +129,8 @@ def _detail(error: Exception) -> str:
 
 
 def newest_good(logdir: Path) -> tuple[Path, dict] | tuple[None, None]:
-    """The newest checkpoint that loads whole, and its state. A damaged newer one is
-    renamed ``*.damaged`` (out of the rotation, kept for inspection) with a warning; one
-    that would run code is refused (``UnsafeCheckpointError``): nobody's own run wrote it."""
+    """The newest checkpoint that loads whole, and its state; newer damaged ones are
+    renamed ``*.damaged``, and one that would run code raises ``UnsafeCheckpointError``."""
     skipped: list[tuple[Path, CheckpointError]] = []
     for path in reversed(rotation(logdir)):
         try:
@@ -165,10 +147,6 @@ def newest_good(logdir: Path) -> tuple[Path, dict] | tuple[None, None]:
     if skipped:
         raise CheckpointError(f"no checkpoint of {logdir} loads: {skipped[0][1]}")
     return None, None
-
-
-def latest_state(logdir: Path) -> dict | None:
-    return newest_good(logdir)[1]
 
 
 class Stateful(Protocol):
@@ -203,9 +181,8 @@ class Registry:
 
 
 class Saver:
-    """Writes the registry's parts, and ``extras``, as the checkpoint of an env step;
-    a failed write is logged and leaves the previous checkpoints as they were, and
-    ``failures`` writes failing in a row raise ``SaveFailures``."""
+    """Writes the registry's parts and ``extras`` as an env step's checkpoint; a failed
+    write is logged, and ``failures`` in a row raise ``SaveFailures``."""
 
     def __init__(self, logdir: Path, registry: Registry, extras: dict, keep: int, failures: int):
         self.logdir, self.registry, self.extras, self.keep = logdir, registry, extras, keep
@@ -240,8 +217,7 @@ class Saver:
 
 
 class SaveFailures(OSError):
-    """``run.save_failures`` checkpoint writes in a row failed: the run stops (exit 1;
-    not a ``CheckpointError``, which is a refused input, exit 2)."""
+    """``run.save_failures`` failed writes in a row: exit 1 (not a ``CheckpointError``: 2)."""
 
 
 class RngState(GlobalRNGState):

@@ -1,17 +1,9 @@
-"""Data-parallel training with ``torch.distributed``: which rank this process is, the
-process group, one gradient all-reduce per update and the loop's lockstep.
-
-torchrl's ``DreamerV3OptimizationStepper`` refuses distributed execution, so the
-averaging lives here: ``AveragingSkippingOptimizer.step`` calls :class:`GradientAverager`, and
-the stepper runs ``optimizer.step()`` after the (compiled, CUDA-graph captured)
-forward/backward, i.e. outside the graph, where a collective is allowed.
-
-Launch: ``torchrun`` sets ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` and
-``MASTER_ADDR``/``MASTER_PORT`` (also for ``--rdzv-endpoint``), so one node, several GPUs
-and several nodes need no code change. ``srun`` without torchrun works too when the
-batch script exports ``MASTER_ADDR``/``MASTER_PORT``: then ``SLURM_PROCID``/
-``SLURM_NTASKS``/``SLURM_LOCALID`` name the rank.
-"""
+"""Data-parallel training with ``torch.distributed``: the process group, one gradient
+all-reduce per update and the loop's lockstep. torchrl's ``DreamerV3OptimizationStepper``
+refuses distributed execution, so ``AveragingSkippingOptimizer.step`` calls
+:class:`GradientAverager`, outside the CUDA-graph captured forward/backward (no
+collective in a graph). Launch with ``torchrun``, or with ``srun`` alone when the batch
+script exports ``MASTER_ADDR``/``MASTER_PORT``."""
 
 from __future__ import annotations
 
@@ -27,10 +19,8 @@ from dreamer.runtime.world import World
 
 @contextlib.contextmanager
 def process_group(world: World, device: torch.device, timeout_s: float) -> Iterator[None]:
-    """The default process group for the run (NCCL on CUDA, gloo on the CPU).
-
-    ``timeout_s`` bounds every collective: a rank whose peer died or hangs raises
-    instead of waiting forever (torchrun also stops the others when one rank exits)."""
+    """The default process group (NCCL on CUDA, gloo on the CPU); ``timeout_s`` bounds
+    every collective, so a rank whose peer died or hangs raises instead of waiting."""
     if not world.distributed:
         yield
         return
@@ -50,9 +40,8 @@ def process_group(world: World, device: torch.device, timeout_s: float) -> Itera
 
 
 class GradientAverager:
-    """The mean over the ranks of a process group of every gradient (and of ``extras``,
-    e.g. the return normalisation statistics each rank updated from its own batch), as
-    one bucketed all-reduce per dtype and device: in practice one per update."""
+    """The mean over the ranks of every gradient and of ``extras`` (e.g. the return
+    normalisation statistics), as one bucketed all-reduce per dtype and device."""
 
     def __init__(self, world: World, extras: Iterable[torch.Tensor] = ()):
         self.world = world
@@ -71,15 +60,9 @@ class GradientAverager:
 
 
 class Lockstep:
-    """The loop's decisions, taken by all ranks together, and the run's env step count.
-
-    Once per loop iteration every rank contributes the env steps its own workers took
-    since it started, whether it got a stop signal and whether its replay shard can be
-    sampled; one all-reduce gives every rank the same totals, so all run the same number
-    of updates (each with its gradient all-reduce) and leave the loop at the same
-    iteration. ``env_steps`` counts the steps of all ranks over resumes: the one count
-    the schedules, logs and checkpoints use.
-    """
+    """The loop's decisions, taken by all ranks together by one all-reduce per iteration
+    (so all run the same updates and leave the loop together), and ``env_steps``: all
+    ranks' steps over resumes, the one count the schedules, logs and checkpoints use."""
 
     def __init__(self, world: World, device: torch.device):
         self.world = world

@@ -20,8 +20,7 @@ def temporary_of(path: Path) -> Path:
 
 @contextlib.contextmanager
 def replacing(path: Path) -> Iterator[BinaryIO]:
-    """A binary handle for ``path``'s new content; it replaces ``path`` when the block
-    ends without an error."""
+    """A binary handle for ``path``'s new content, which replaces it if the block succeeds."""
     temporary = temporary_of(path)
     try:
         with temporary.open("wb") as handle:

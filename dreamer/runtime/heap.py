@@ -1,9 +1,6 @@
-"""The frozen setup heap and GC accounting.
-
-Since Python 3.12 a full collection triggered by the unpickler's allocations
-re-traverses the whole setup heap (models, collector, replay); ``gc.freeze()`` after
-setup moves those objects to a permanent generation that collections skip.
-"""
+"""The frozen setup heap and GC accounting: ``gc.freeze()`` after setup keeps the full
+collections the unpickler's allocations trigger (Python 3.12+) from re-traversing the
+models, collector and replay."""
 
 from __future__ import annotations
 
@@ -21,8 +18,7 @@ class GcStats:
         self.longest = [0.0, 0.0, 0.0]  # the longest pause of each generation's collections
         self.collections = [0, 0, 0]
         self.full_collection_s = 0.0  # the pause of a full collection as the loop began
-        # counted once, at the first row: gc.get_freeze_count() walks the frozen list
-        # (~50 ms at ~450k objects, AMD EPYC Zen 4)
+        # read once, at the first row: gc.get_freeze_count() walks the frozen list (~50 ms)
         self.frozen_objects: int | None = None
         self._started: float | None = None
 
@@ -54,13 +50,11 @@ class GcStats:
 
 @contextlib.contextmanager
 def frozen_heap(freeze: bool = True) -> Iterator[GcStats]:
-    """``gc.freeze()`` on entry, ``gc.unfreeze()`` on any exit; counts GC time inside
-    (``freeze=False``: only the counting, to measure what freezing saves). The full
-    collection on entry is timed: unfrozen, what each full collection of the loop pauses
-    it for; frozen, the one after the freeze (microseconds: the set-up heap is skipped)."""
+    """``gc.freeze()`` on entry (``freeze``), ``gc.unfreeze()`` on any exit; counts GC time
+    inside, and times one full collection on entry (what each of the loop's costs)."""
     stats = GcStats()
-    if freeze:  # no collection first (~0.2 s of the run's start): the set-up's few hundred
-        gc.freeze()  # garbage objects stay until the unfreeze
+    if freeze:  # no collection first (~0.2 s): the set-up's garbage stays till unfreeze
+        gc.freeze()
     started = time.perf_counter()
     gc.collect()
     stats.full_collection_s = time.perf_counter() - started

@@ -1,4 +1,5 @@
-"""``RunLock``: one process per run directory (an OS file lock: a killed holder frees it)."""
+"""``RunLock``: one process per run directory (an OS file lock: the kernel frees it when
+the holder dies, even by SIGKILL, so a stale lock file never blocks the next run)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,7 @@ class RunLockedError(RuntimeError):
 
 
 class RunLock:
-    """Held for the whole run; a second process on the same directory is refused.
-
-    The lock is an OS-level file lock, so the kernel releases it when the holder dies,
-    even by SIGKILL: a stale lock file never blocks the next run.
-    """
+    """Held for the whole run; a second process on the same directory is refused."""
 
     def __init__(self, logdir: Path):
         self.path = logdir / "run.lock"

@@ -1,23 +1,12 @@
-"""When a process gives freed memory back to the OS: glibc's automatic giving back is
-off in a learner's process (``keep_freed_memory``, ``mallopt``), and the replay gives
-back at each completed chunk (``release_freed_memory``, ``malloc_trim``). Each half was
-measured without the other (AMD EPYC Zen 4, 2026-12-06): without the trim a disk replay
-under load grew ~342 MB (``tests/test_replay_memory.py``); without the thresholds each
-update page-faults its working set back in (below).
+"""When a process gives freed memory back to the OS (glibc only): never on its own in a
+learner's process (``keep_freed_memory``), at each completed replay chunk
+(``release_freed_memory``). A user's ``MALLOC_*`` or ``GLIBC_TUNABLES`` setting wins.
 
-A learner's process keeps the memory its update frees:
-
-glibc hands a large block (past a threshold that starts at 128 KB and rises with the
-blocks freed, to 32 MB at most) to the kernel on ``free`` and trims the heap's free top
-past twice that: each CPU update of size1m (~220 MB of tensors made and freed) then
-page-faulted ~56,000 times, ~12% of its time (0.466 -> 0.410 s per update in the loop,
-0 faults: benchmarks/README.md at commit d62db39, "The run"). With both thresholds fixed
-high the update's blocks are reused from one update to the next; the process keeps its
-largest update's working set, which it needs again at the next update anyway.
-
-Not the env workers or the inference process (other processes, small allocations);
-elsewhere than glibc, and where the user set glibc's ``MALLOC_MMAP_THRESHOLD_`` or
-``MALLOC_TRIM_THRESHOLD_`` (or any ``GLIBC_TUNABLES``), nothing changes."""
+glibc hands a large block (past a threshold that rises to 32 MB) to the kernel on
+``free`` and trims the heap's free top past twice that, so each CPU update of size1m
+(~220 MB of tensors made and freed) page-faulted its working set back in, ~12% of its
+time (benchmarks/README.md, "The run"). With both thresholds fixed high the learner
+keeps its largest update's working set, which the next update needs anyway."""
 
 from __future__ import annotations
 
@@ -51,10 +40,9 @@ def keep_freed_memory() -> bool:
 
 
 def release_freed_memory() -> None:
-    """Give the heap's free pages back to the OS now (``malloc_trim``). Chunk-sized
-    blocks freed between long-lived ones stay in glibc's heap, counted as resident: a
-    disk replay's resident memory grew with the data that way (by ~1 GB per 100k 64x64
-    frames in ``tests/test_replay_memory.py``), although nothing held them."""
+    """Give the heap's free pages back to the OS now (``malloc_trim``): chunk-sized blocks
+    freed between long-lived ones stay resident otherwise (a disk replay grew ~1 GB per
+    100k 64x64 frames, ``tests/test_replay_memory.py``)."""
     global _libc
     if _libc is None:
         _libc = _glibc() or False

@@ -1,22 +1,15 @@
-"""The trainer's OpenMP spin, set before torch loads libgomp (which reads it then).
+"""The trainer's OpenMP wait policy, set before torch loads libgomp (which reads it then).
 
-libgomp lets a thread that waits for work spin a while (``GOMP_SPINCOUNT`` iterations,
-~3 ms by default) before it sleeps on a futex, but only while the process has no more
-OpenMP threads than CPUs; past that, 1,000 iterations under ``OMP_WAIT_POLICY=ACTIVE``
-and 100 without. Each of the ~16,000 operators of a CPU update makes the learner's
-second thread wait: at 100 iterations it slept on a futex each time, and the update took
-0.83 s in the loop against 0.43 s alone. ``OMP_WAIT_POLICY=ACTIVE`` with
-``GOMP_SPINCOUNT=1000`` gives every wait that short spin, measured best in the loop
-(2-core runs of the trainer, 0.49-0.54 s per update; 0.56-0.61 s with
-libgomp's ~3 ms default, which wins only for the update alone, and 0.72 s at 100
-iterations: benchmarks/README.md, "The run"). The driver keeps one OpenMP team so that
-this count holds (``torchrl_compat.push_weights``). A user's own setting of either wins.
+A CPU learner gets ``OMP_WAIT_POLICY=ACTIVE`` and ``GOMP_SPINCOUNT=1000``: each of a CPU
+update's ~16,000 operators makes its second thread wait, and this short spin measured
+best in the loop against libgomp's ~3 ms default and the 100 iterations it falls to
+with more OpenMP threads than CPUs (benchmarks/README.md, "The run"). The driver keeps
+one OpenMP team so that the count holds (``torchrl_compat.push_weights``).
 
-A learner on a GPU gets ``OMP_WAIT_POLICY=PASSIVE`` instead: its few host threads
-only sample and launch kernels, and a spinning team would take the cores its env
-workers and inference process need (the first H200 run: 16 spinning threads beside 16
-env workers). torch is not loaded yet, so "on a GPU" is read from the command line and
-the NVIDIA driver's list of GPUs."""
+A GPU learner gets ``OMP_WAIT_POLICY=PASSIVE``: its few host threads only launch kernels,
+and a spinning team would take the cores its env workers and inference process need.
+torch is not loaded yet, so "on a GPU" is read from the command line and the NVIDIA
+driver. A user's own setting of either variable wins."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """A dead child process of a run, replaced: one way for every kind to count it and say
-so, and how often the work it was doing is tried (``ATTEMPTS``).
-
-Each kind detects its own deaths (torchrl's collector raises, a process pool breaks,
-the evaluation process is found dead) and calls ``replacing``. Env workers are counted
-by ``EpisodeStats`` as ``env/restarts`` (a replaced collector); the rest here, written
-to every metrics row as ``restarts/<kind>`` and kept in the checkpoint, so the counts
-run over resumes."""
+so. Env workers count as ``env/restarts`` (``EpisodeStats``); the rest here, as
+``restarts/<kind>`` in every metrics row and in the checkpoint (over resumes)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""A run directory's checkpoints by their file names (``checkpoint-<env step>.pt``),
-without reading them: what a command line needs to pick the run it resumes, or to refuse
-a path that holds none, before it imports torch. Reading and writing them:
-``dreamer.runtime.checkpoint``."""
+"""A run directory's checkpoints by their file names (``checkpoint-<env step>.pt``), for
+a command line before it imports torch; reading and writing them is
+``dreamer.runtime.checkpoint``'s."""
 
 from __future__ import annotations
 
@@ -40,9 +39,8 @@ class CheckpointError(OSError):
 
 
 def find(path: str | Path, name: str | None = None) -> Path:
-    """The checkpoint a user names: a file, or the latest in a run directory or in its
-    ``checkpoints`` folder; with ``name`` (a file, or a file name in the run directory's
-    ``checkpoints``) that one. ``CheckpointError`` (one line) when there is none."""
+    """The checkpoint a user names: a file, the latest in a run directory or its
+    ``checkpoints``, or ``name`` (a file, or one in ``checkpoints``); else ``CheckpointError``."""
     path = Path(path)
     if name is not None:
         for candidate in (Path(name), checkpoint_dir(path) / name):

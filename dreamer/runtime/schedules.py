@@ -29,11 +29,8 @@ class Clock:
 
 class TrainRatio:
     """Learner updates due at ``env_steps``: ``run.train_ratio`` replayed steps per env
-    step (torchrl's ``DreamerV3UpdateRatio``, checkpointed as ``ratio``) once
-    ``run.train_starts`` env steps are collected and every rank's replay can be sampled.
-
-    ``replay.batch`` is the whole job's batch (each rank samples its share), so the
-    schedule reads the same at any world size."""
+    step once ``run.train_starts`` steps are in and every rank's replay can be sampled;
+    ``replay.batch`` is the whole job's, so it reads the same at any world size."""
 
     def __init__(self, train_ratio: float, batch: int, length: int, starts: int):
         self.ratio = DreamerV3UpdateRatio(train_ratio / (batch * length))
@@ -45,9 +42,8 @@ class TrainRatio:
         return self.ratio(env_steps)
 
     def left(self, steps: int) -> float:
-        """Updates the schedule will still give up to env step ``steps``, beyond those it
-        has given: counted from the step of its first update (the first collected batch
-        past ``train_starts``, not ``train_starts`` itself), once it has given one."""
+        """Updates the schedule will still give up to env step ``steps``: counted from
+        its first update's step (the first batch past ``train_starts``) once there is one."""
         state = self.ratio.state_dict()
         counted_from = state["previous"]
         if counted_from is None:

@@ -1,7 +1,5 @@
-"""How a run stops and says so: ``StopSignals`` turns SIGTERM/SIGUSR1 (SLURM's preemption
-and time-limit warnings) into a checkpoint and ``REQUEUE_EXIT``; ``children_keep_signals``
-gives child processes started while it is installed the handling the run's first
-children got."""
+"""How a run stops: ``StopSignals`` turns SLURM's SIGTERM/SIGUSR1 into a checkpoint and
+``REQUEUE_EXIT``; the rest keeps children's signal handling and the terminal in order."""
 
 from __future__ import annotations
 
@@ -52,29 +50,16 @@ class StopSignals:
 
 @contextlib.contextmanager
 def children_keep_signals(stopped: bool = False):
-    """Processes started inside (the collector's, the evaluation process, the render
-    pool, and their replacements) never act on SIGINT, and ignore what the run's first
-    children ignore. ``stopped``: children this process will stop (``collector.pace=stop``)
-    never act on SIGHUP either: when the shell that started the run exits (a launcher
-    script that backgrounds it) while they are stopped, they are the stopped members of an
-    orphaned process group, which the kernel hangs up (SIGHUP, then SIGCONT), and the run
-    lost its collector to it. They die with the driver instead (``die_with_parent``).
-
-    The first children start before ``StopSignals`` and inherit SIG_IGN for what the
-    launcher ignores (USR1 under SLURM, which signals every process of the job step).
-    Later ones would start with the default action (exec resets the handler), and a
-    preemption would kill them before the checkpoint. Changing the disposition around a
-    start would lose a signal arriving meanwhile, so these signals are blocked in the
-    starting thread instead: the children (and their threads) inherit the blocked mask,
-    so they never act on them, and this process takes a pending one when the mask is
-    restored."""
-    # multiprocessing's resource tracker, started by the first child, unblocks SIGINT
-    # and SIGTERM in the starting thread (SIG_UNBLOCK, not the mask it found): started
-    # inside, it let the children after it act on Ctrl-C
+    """Processes started inside never act on SIGINT, and ignore what the run's first children
+    ignore (USR1 under SLURM: later ones would die of a preemption); with ``stopped``
+    (``collector.pace=stop``) not SIGHUP either: the kernel hangs up an orphaned group's
+    stopped members when the launching shell exits. Blocked, not ignored, so none arriving
+    meanwhile is lost: children inherit the mask, this process gets it when it is restored."""
+    # the resource tracker, started by the first child, unblocks SIGINT and SIGTERM in the
+    # starting thread: started inside, it let the children after it act on Ctrl-C
     resource_tracker.ensure_running()
     stop = StopSignals.installed
-    # Ctrl-C reaches the terminal's whole process group: the driver stops the run and
-    # ends its children, which would otherwise each print a KeyboardInterrupt traceback
+    # Ctrl-C reaches the whole group; the driver ends the children (each would print a trace)
     blocked = [signal.SIGINT, *(stop.ignored() if stop is not None else [])]
     blocked += [signal.SIGHUP] if stopped else []
     # the mask as it is, changed inside the try: a Ctrl-C already pending raises
@@ -89,11 +74,9 @@ def children_keep_signals(stopped: bool = False):
 
 @contextlib.contextmanager
 def ctrl_c_after_block():
-    """Ctrl-C inside the block raises KeyboardInterrupt at its end, a second one at once.
-    Around the learner's update: an interrupt between its optimizers' steps (or while the
-    slow critic's weights sit in the critic) would checkpoint half an update. Where
-    Ctrl-C does not raise KeyboardInterrupt (ignored in a background job, or outside the
-    main thread), nothing changes."""
+    """Ctrl-C inside the block raises KeyboardInterrupt at its end, a second one at once (an
+    update interrupted between optimizer steps would checkpoint half of it); no change where
+    Ctrl-C does not raise (ignored, or outside the main thread)."""
     if (
         threading.current_thread() is not threading.main_thread()
         or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
@@ -123,8 +106,7 @@ _moments_seen: dict[str, int] = {}
 
 
 def claim_stop_moment() -> None:
-    """At a run's start, before it starts a child: ``DREAMER_STOP_AT`` is read by the
-    run's process and taken out of the environment its children get."""
+    """At a run's start: take ``DREAMER_STOP_AT`` out of the environment children get."""
     global _stop_at
     _stop_at = os.environ.pop(STOP_AT, _stop_at)
 
@@ -136,13 +118,9 @@ def forget_stop_moment() -> None:
 
 
 def stop_moment(name: str) -> None:
-    """A moment where a stop is hardest to get right: a child process starting while
-    this thread blocks SIGINT, a checkpoint or replay file half written. With
-    ``DREAMER_STOP_AT=name[:SIGNAL[:N]]`` the run stops itself the
-    N-th time (default: the first) it comes to ``name``, once: SIGINT by default, to its
-    whole process group as a terminal's Ctrl-C (or SIGTERM, SIGUSR1: a scheduler's);
-    SIGKILL to this process alone, as ``kill -9`` or the OOM killer (its children are
-    left to notice). Tests stop a run at each such moment this way, not at a random one."""
+    """A test hook where a stop is hardest to get right: ``DREAMER_STOP_AT=name[:SIGNAL[:N]]``
+    stops the run the N-th time (default 1) it comes to ``name``, once: SIGINT (default) or
+    another signal to its process group, SIGKILL to this process alone."""
     global _stop_at
     wanted, _, rest = _stop_at.partition(":")
     if wanted != name:
@@ -180,28 +158,20 @@ os.register_at_fork(before=_before_fork, after_in_child=_in_child)
 
 
 def die_with_parent() -> None:
-    """SIGKILL this process when its parent exits (Linux ``PR_SET_PDEATHSIG``; SIGKILL is
-    the one signal a stopped process acts on). The collector's forkserver dies with the
-    driver, and each process it forks with the forkserver: the env workers and the
-    inference process that ``collector.pace=stop`` holds stopped cannot run torchrl's
-    own watch for the driver, and the forkserver would not see the driver go while they
-    hold its pipe."""
+    """SIGKILL this process when its parent exits (the one signal a stopped process acts
+    on): processes ``collector.pace=stop`` holds stopped cannot watch for the driver."""
     with contextlib.suppress(OSError, AttributeError):
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        # the parent was gone before the call: this process was handed to init, or to a
-        # subreaper (systemd --user, tini, a container's init), whose pid is not 1
+        # the parent already went: adopted by init or by a subreaper, whose pid is not 1
         if os.getppid() == 1 or (_forked_by and os.getppid() != _forked_by):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
 def quiet_handshake_resets() -> None:
-    """multiprocessing's resource sharer (a thread of this process that hands file
-    descriptors to starting children) prints a traceback through ``sys.excepthook`` when
-    a child goes while it connects: at a stop the run ends its children, one of which
-    may be starting (seen once after a Ctrl-C). Such a reset is a debug line, not a
-    traceback; every other exception reaches the hook it had."""
+    """Log as a debug line, not a traceback, the reset multiprocessing's resource sharer
+    reports through ``sys.excepthook`` when a child goes while it connects (at a stop)."""
     previous = sys.excepthook
     if getattr(previous, "quiet_handshakes", False):  # installed by an earlier main()
         return
@@ -224,16 +194,8 @@ TERMINAL_JOB = "DREAMER_TERMINAL_JOB"
 
 @contextlib.contextmanager
 def terminal_job():
-    """With ``DREAMER_TERMINAL_JOB=1`` (the Makefile's run targets), the run is a job of
-    its own on the terminal, as a shell makes a command it starts: its own process group,
-    the terminal's foreground one. Ctrl-C then reaches the run alone, not make, which
-    printed ``make: *** [...] Interrupt`` below the run's resume line. The terminal goes
-    back to the group it came from on exit (a shell takes it back after a kill).
-
-    As a shell does for its foreground job, Ctrl-C is taken again where it came ignored:
-    a make started by a script in the background (or a suite run with ``&``) passes
-    SIGINT ignored down to the run, which then held the terminal and lost every Ctrl-C
-    typed at it."""
+    """With ``DREAMER_TERMINAL_JOB=1`` (the Makefile's), the run is its own foreground job,
+    so Ctrl-C reaches it, not make; as a shell does, it re-enables a Ctrl-C inherited ignored."""
     fd = sys.stdin.fileno() if sys.stdin is not None and sys.stdin.isatty() else None
     if os.environ.get(TERMINAL_JOB) != "1" or fd is None or os.tcgetpgrp(fd) != os.getpgrp():
         yield

@@ -50,12 +50,10 @@ class LoopTimers:
             yield item
 
     def flush(self, updates: int, now: float) -> dict[str, float]:
-        """``time/<phase>_s`` of the interval since the last flush, and its wall time
-        ``time/wall_s`` (what no phase covers is the driver's own work). With updates in
-        the interval (``updates``: the learner's count now), ``time/s_per_update``: wall
-        seconds per update in the loop, beside ``time/update_s_per_update``: the
-        update's own seconds; their ratio is what the loop costs the update. The interval
-        ends ``now`` (``time.perf_counter``: when the row was decided)."""
+        """The interval's ``time/<phase>_s`` and ``time/wall_s`` (no phase: the driver's
+        own work), and with updates in it (``updates``: the learner's count now) wall
+        ``time/s_per_update`` beside the update's own ``time/update_s_per_update``. The
+        interval ends ``now`` (``time.perf_counter``)."""
         metrics = {f"time/{name}_s": seconds for name, seconds in self.interval.items()}
         metrics["time/wall_s"] = now - self.flushed
         if (done := updates - self.updates) > 0:
@@ -81,10 +79,8 @@ benchmarks/results/peers_learn_reacher_easy.json (tests/test_docs.py holds them 
 
 class CpuSpeedNote:
     """Without a GPU, how long the run's updates will take: the median of the loop's
-    first ``sample`` updates (the first allocates, or compiles), timed with collection
-    paced as the run goes on, times the updates left to ``run.steps``. (Updates timed
-    before collection, on a random batch, held every CPU run's first env step back by
-    their ~0.4 s.)"""
+    first ``sample`` updates (timed beside paced collection, as the run goes on; the
+    first allocates, or compiles) times the updates left."""
 
     sample = 5
 
@@ -126,8 +122,7 @@ class CpuSpeedNote:
 
 
 def since_launch() -> float:
-    """Seconds since this process was launched (Linux: its start time in /proc), its
-    interpreter's start and imports included."""
+    """Seconds since this process was launched (Linux), its imports included."""
     with open("/proc/self/stat") as stat:
         started = int(stat.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
     with open("/proc/uptime") as uptime:

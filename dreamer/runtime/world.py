@@ -1,7 +1,6 @@
-"""Which rank of a data-parallel job this process is (``torchrun``'s or ``srun``'s
-variables, see ``dreamer.runtime.dist``), and the collectives the loop's set-up uses.
-Read before torch is imported (the config's checks take the world size): torch comes
-with the first call that needs it."""
+"""Which rank of a data-parallel job this process is (``dreamer.runtime.dist``), and the
+collectives the loop's set-up uses. Read before torch is imported (the config's checks
+take the world size): torch comes with the first call that needs it."""
 
 from __future__ import annotations
 
@@ -53,8 +52,6 @@ class World:
             )
         cuda = name == "cuda" or (name == "auto" and torch.cuda.is_available())
         return torch.device("cuda", self.local_rank) if cuda else torch.device("cpu")
-
-    # ------------------------------------------------------------------ collectives
 
     def broadcast_object(self, value):
         """Rank 0's ``value`` on every rank (e.g. a default run directory's timestamp)."""

@@ -4,8 +4,7 @@
     policy = Policy.load("runs/crafter/20260101-120000", device="cpu")
     action, state = policy.act(obs, state)   # state=None at an episode's start
 
-Only the encoder, the RSSM cell and the actor are built: no decoder, heads or loss.
-"""
+Only the encoder, the RSSM cell and the actor are built: no decoder, heads or loss."""
 
 from __future__ import annotations
 
@@ -26,11 +25,8 @@ MODES = {"greedy": InteractionType.DETERMINISTIC, "sample": InteractionType.RAND
 
 
 def acting_weights(loss_state: dict, model, learner, spaces: EnvSpaces) -> dict:
-    """The acting policy's state dict, taken from a checkpoint's loss state dict.
-
-    The policy's modules are shared with the loss, so each policy entry *is* one loss
-    entry; which one is read off a miniature agent of the same layout (its structure,
-    not its sizes, decides the names), so the loss's nesting is not written out here."""
+    """The acting policy's state dict from a checkpoint's loss state dict, its names read
+    off a miniature agent of the same layout (structure, not sizes, decides them)."""
     tiny = {
         **OmegaConf.to_container(model),
         "deter": 16,
@@ -45,10 +41,9 @@ def acting_weights(loss_state: dict, model, learner, spaces: EnvSpaces) -> dict:
 
 
 class Policy:
-    """``act`` maps observations (one env's or a batch's, numpy or torch, a gymnasium
-    dict or array) and the recurrent state to the env's actions and the next state.
-    Actions come back as the env takes them (an index, one index per head, or a box
-    vector), numpy for numpy observations and torch for torch ones."""
+    """``act`` maps observations (one env's or a batch's, numpy or torch, dict or array)
+    and the recurrent state to the env's actions (as the env takes them, numpy or torch
+    as the observations came) and the next state."""
 
     def __init__(self, module, spaces: EnvSpaces, model, device: str = "cpu", step: int = 0):
         self.module = module.to(device).eval()
@@ -60,8 +55,7 @@ class Policy:
 
     @classmethod
     def load(cls, path: str | Path, device: str = "cpu") -> Policy:
-        """From a run directory (its latest checkpoint), its ``checkpoints`` folder, or a
-        checkpoint file. ``checkpoint.CheckpointError`` if there is none."""
+        """From a run directory, its ``checkpoints`` folder or a file (``rotation.find``)."""
         found = rotation.find(path)
         state = checkpoint.load(found)
         cfg = state["config"]

@@ -50,11 +50,9 @@ log = logging.getLogger("dreamer")
 
 
 def run(argv: list[str], cfg: DictConfig, build=None) -> int:
-    """Returns 0 when done, REQUEUE_EXIT after SIGTERM/SIGUSR1 (checkpointed);
-    Ctrl-C checkpoints and raises KeyboardInterrupt; user errors exit 2.
-
-    Under torchrun every rank runs this; rank 0 alone owns the run directory (lock,
-    config, metrics, checkpoints) and the others start from its checkpoint."""
+    """Returns 0 when done, REQUEUE_EXIT after SIGTERM/SIGUSR1 (checkpointed), 2 on a user
+    error; Ctrl-C checkpoints and raises KeyboardInterrupt. Every rank runs this; rank 0
+    alone owns the run directory and the others start from its checkpoint."""
     world = World.from_environment()
     setup_logging(world.rank)
     signals.quiet_handshake_resets()
@@ -71,7 +69,7 @@ def run(argv: list[str], cfg: DictConfig, build=None) -> int:
                 state = prepare_run_dir(cfg, logdir) if world.main else None
                 world.barrier()  # rank 0 has checked the run directory and saved the config
                 if not world.main:
-                    state = checkpoint.latest_state(logdir)
+                    state = checkpoint.newest_good(logdir)[1]
                 try:
                     code = train(cfg, logdir, state, world, device, build or build_parts)
                     if code == signals.REQUEUE_EXIT and world.main:
@@ -175,8 +173,7 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
                         break
             finished = not stopping
         except (OutputError, checkpoint.SaveFailures):
-            # the disk is full: the last good checkpoint (and the rows up to it) is where a
-            # rerun resumes; a checkpoint now could hold steps whose row was never written
+            # a full disk: a checkpoint now could hold steps whose row was never written
             failed_output = True
             raise
         finally:
@@ -189,8 +186,7 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
 
 
 def set_up(cfg, logdir: Path, resume: dict | None, world: World, device, build):
-    """The run's parts, built and restored from ``resume``, with the learner's threads
-    set for the collection pace it runs beside; returns (parts, pace)."""
+    """The run's parts, built and restored, with the learner's threads set; (parts, pace)."""
     check_installed(cfg.logger.use)
     pace = pace_mode(cfg.collector.pace, device.type == "cpu")
     collectors = cfg.run.envs // cfg.collector.envs_per_worker + 1  # + the inference process
@@ -201,10 +197,9 @@ def set_up(cfg, logdir: Path, resume: dict | None, world: World, device, build):
 
 
 def announce(cfg, parts, pace: str, logdir: Path, world: World, device) -> MetricsWriter | None:
-    """The start line (what trains, how, where) and the collection's speed note; returns
-    the metrics writer (rank 0's)."""
+    """The start line and the collection's speed note; returns rank 0's metrics writer."""
     if world.main and (note := path_note(bool(parts.spaces.image_keys))):
-        log.info(note)  # a note on speed, not a problem with this run
+        log.info(note)
     writer = MetricsWriter.from_config(cfg, logdir, parts.steps.env_steps) if world.main else None
     log.info(
         "training %s on %s (update: %s; learner: %d torch threads of %d usable cores, "
@@ -223,8 +218,7 @@ def announce(cfg, parts, pace: str, logdir: Path, world: World, device) -> Metri
 
 
 def periodic_evaluation(cfg, logdir: Path, parts, writer, resume: dict | None, world: World):
-    """Rank 0's evaluations when one is due before ``run.steps``, checkpointed with the
-    run (the one in flight); None otherwise."""
+    """Rank 0's evaluations, checkpointed with the run; None when none is due."""
     if not (world.main and 0 < cfg.eval.every <= cfg.run.steps):
         return None
     evaluation = PeriodicEvaluation(cfg, logdir, parts, writer, parts.steps.env_steps)
@@ -234,9 +228,8 @@ def periodic_evaluation(cfg, logdir: Path, parts, writer, resume: dict | None, w
 
 
 class RowClock:
-    """When the loop writes a metrics row: every ``every`` env steps (aligned, so a
-    resumed run logs at the same steps), at ``run.steps``, and at new env steps once
-    ``seconds`` of wall time passed without one (a CPU run's first row was ~78 min away)."""
+    """When the loop writes a metrics row: every ``every`` env steps (aligned), at
+    ``run.steps``, and once ``seconds`` passed without one (CPU runs' rows can be hours apart)."""
 
     def __init__(self, every: int, seconds: float, end: int, start: int):
         self.aligned, self.seconds, self.end = Clock.aligned(every, start), seconds, end
@@ -248,15 +241,14 @@ class RowClock:
         overdue = now - self.last[1] >= self.seconds and env_steps > self.last[0]
         if self.aligned(env_steps) or env_steps >= self.end or overdue:
             self.last = (env_steps, now)  # the row's interval ends here (LoopTimers.flush)
-            self.timestamp = time.time()  # and so its "timestamp"
+            self.timestamp = time.time()
             return True
         return False
 
 
 def metrics(parts, losses: IntervalMeans, gc_stats, timers: LoopTimers, at: float) -> dict:
     """A metrics row's values besides the env step and the rates (docs/outputs.md); its
-    interval ends ``at`` (``time.perf_counter``), when the row was decided: the time its
-    values take to gather is the next row's."""
+    interval ends ``at`` (``time.perf_counter``): gathering them counts in the next row's."""
     learner = parts.learner
     return {
         "updates": learner.updates,
@@ -272,8 +264,7 @@ def metrics(parts, losses: IntervalMeans, gc_stats, timers: LoopTimers, at: floa
 
 
 def close(evaluation, finished: bool, writer, timers: LoopTimers) -> None:
-    """After the loop: the evaluation (waited for when the run reached its end), the
-    metrics file, and where the loop's time went."""
+    """After the loop: the evaluation (waited for if the run finished), metrics, timers."""
     if evaluation is not None:
         evaluation.close(finished)
     if writer is not None:
@@ -282,8 +273,8 @@ def close(evaluation, finished: bool, writer, timers: LoopTimers) -> None:
 
 
 def outcome(saved: bool, finished: bool, received, parts, logdir: Path, world: World) -> int:
-    """The exit code and its line: done (0), stopped by a signal (REQUEUE_EXIT, a
-    ``stopped`` file saying at which step) or the final checkpoint lost (1)."""
+    """The exit code and its line: done (0), stopped by a signal (REQUEUE_EXIT, and a
+    ``stopped`` file) or the final checkpoint lost (1)."""
     if not saved:
         log.error("the final checkpoint could not be written; a rerun resumes from the last one")
         return 1
@@ -299,10 +290,8 @@ def outcome(saved: bool, finished: bool, received, parts, logdir: Path, world: W
 
 
 def resume_command(argv: list[str], logdir: Path) -> str:
-    """The run's command line ``argv`` with ``run.logdir`` pointing at ``logdir``: what
-    continues it (a rerun without it would start a new run directory). The interpreter
-    is this one, by its path: pasted into a shell without the venv active, or outside
-    ``make``, a bare ``python`` has no torch."""
+    """``argv`` with ``run.logdir`` set to ``logdir``: the command that continues the run,
+    run by this interpreter's path (a bare ``python`` outside the venv has no torch)."""
     kept = [arg for arg in argv if not arg.startswith("run.logdir=")]
     interpreter = sys.executable or "python"
     return shlex.join([interpreter, "-m", "dreamer.train", *kept, f"run.logdir={logdir.resolve()}"])

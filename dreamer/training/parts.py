@@ -82,8 +82,7 @@ def build_parts(
     )
 
     def new_collector(replacements: int):
-        """The first collector, or a replacement after a dead worker (counted as an env
-        restart; its workers get fresh env seeds)."""
+        """The first collector, or a replacement after a dead worker (an env restart)."""
         if replacements:
             episodes.restarts += 1
         collector = make_collector(

@@ -1,9 +1,5 @@
-"""Which run a command line continues, and with what config, read before torch is
-imported: ``resumed`` (the run directory's saved config, what the command line set on
-top), ``resolved_logdir`` (a new folder, ``run.logdir``, or with ``run.resume=latest``
-this env's newest unfinished run), what a resume may change (``RESUMABLE_KEYS``) and a
-saved config read back (``saved``). Every refusal is one line in the user's words: the
-folder it looked at and what it found there."""
+"""Which run a command line continues (``resolved_logdir``) and with what config
+(``resumed``), before torch is imported; a refusal names the folder and what it found."""
 
 from __future__ import annotations
 
@@ -28,9 +24,8 @@ SAVED_CONFIG = "config.yaml"
 
 
 def runs_folder(env) -> Path:
-    """Where an env's runs go without ``run.logdir``: ``runs/<env.name>/``, and for a
-    kind that names its env by another key (gym: ``env.id``) ``runs/gym/<env.id>/``
-    (``/`` and ``:`` of it as ``_``): the folder names the env, as the run's lines do."""
+    """Where an env's runs go without ``run.logdir``: ``runs/<env.name>/``, or for a kind
+    named by another key ``runs/gym/<env.id>/`` (``/`` and ``:`` as ``_``)."""
     label = registry.label(env)
     if label == env.name:
         return Path("runs") / env.name
@@ -38,9 +33,8 @@ def runs_folder(env) -> Path:
 
 
 def run_folders(env) -> list[Path]:
-    """The run directories of this env: those in its ``runs_folder``, and for a kind
-    named by another key those a run before 2026-12-06 wrote to
-    ``runs/<env.name>/<YYYYmmdd-HHMMSS>/`` with this env (its ``config.yaml`` says)."""
+    """This env's run directories, newest first: its ``runs_folder``'s and, for a kind
+    named by another key, those of the older ``runs/<env.name>/<stamp>/`` layout."""
     folders = [p for p in runs_folder(env).glob("*") if p.is_dir()]
     key = registry.kind(env.name).label
     if key != "name":
@@ -58,16 +52,14 @@ def saved_run_steps(folder: Path) -> int | None:
 
 
 def target_steps(cfg: DictConfig, typed: set[str]) -> Callable[[Path], int]:
-    """A run's ``run.steps`` as a resume judges it: the command line's where it sets one,
-    else the run's own (its saved config's; the command line's where it has none)."""
+    """A run's ``run.steps`` for a resume: the typed one, else its saved config's, else cfg's."""
     if "run.steps" in typed:
         return lambda folder: cfg.run.steps
     return lambda folder: saved_run_steps(folder) or cfg.run.steps
 
 
 def latest_unfinished(folders: list[Path], target: Callable[[Path], int]) -> Path | None:
-    """The first of ``folders`` whose latest checkpoint (its name holds its env step) is
-    short of ``target(folder)``."""
+    """The first of ``folders`` whose latest checkpoint is short of ``target(folder)``."""
     for folder in folders:
         steps = saved_steps(folder)
         if steps and steps[-1] < target(folder):
@@ -82,16 +74,14 @@ def env_text(env) -> str:
 
 
 def commands() -> tuple[str, str]:
-    """How this user starts a run and resumes one: ``make`` runs the trainer as a terminal
-    job (``DREAMER_TERMINAL_JOB``), so its user typed ``make train``."""
+    """How this user starts and resumes a run (``make`` sets ``DREAMER_TERMINAL_JOB``)."""
     if os.environ.get("DREAMER_TERMINAL_JOB"):
         return "make train", "make resume ARGS=env=<name>"
     return "python -m dreamer.train", "python -m dreamer.train run.resume=latest env=<name>"
 
 
 def nothing_to_resume(cfg: DictConfig, typed: set[str]) -> ConfigError:
-    """``run.resume=latest`` without an unfinished run of the env: what is there, and the
-    commands that start one, continue a finished one or resume another env's."""
+    """``run.resume=latest`` finding no unfinished run: what is there, and what to type."""
     runs, (train, resume) = runs_folder(cfg.env), commands()
     done = [folder for folder in run_folders(cfg.env) if saved_steps(folder)]
     if not done:
@@ -111,11 +101,9 @@ def nothing_to_resume(cfg: DictConfig, typed: set[str]) -> ConfigError:
 
 
 def resolved_logdir(cfg: DictConfig, typed: set[str] | None = None) -> Path:
-    """``run.logdir`` if set (with ``run.resume=latest``: one holding a checkpoint), else
-    with ``run.resume=latest`` the newest unfinished run of this env (short of the
-    ``run.steps`` of the command line where ``typed`` holds it, of its own config else),
-    else a new ``<runs_folder>/<YYYYmmdd-HHMMSS>``. ``typed``: the keys the command line
-    set (``typed_keys``); None (a sweep's job): every key."""
+    """``run.logdir`` if set, else with ``run.resume=latest`` this env's newest unfinished
+    run, else a new ``<runs_folder>/<YYYYmmdd-HHMMSS>``. ``typed``: the keys the command
+    line set (``typed_keys``); None (a sweep's job): every key."""
     if cfg.run.logdir:
         logdir = Path(cfg.run.logdir)
         if cfg.run.resume == "latest" and not saved_steps(logdir):
@@ -142,9 +130,8 @@ def with_logdir(cfg: DictConfig, logdir: Path) -> DictConfig:
 
 
 def typed_keys(cfg: DictConfig, overrides: list[str], defaults: DictConfig) -> set[str]:
-    """The keys a command line set: each ``key=value``, every key of a group it chose
-    (``env=...``: all of ``env.*``), and every key whose value differs from ``defaults``
-    (the config of an empty command line: what ``experiment=...`` set)."""
+    """The keys a command line set: each ``key=value``, all of a group it chose, and those
+    differing from ``defaults`` (an empty command line's config: ``experiment=...``'s)."""
     chosen = leaves(OmegaConf.to_container(cfg))
     default = leaves(OmegaConf.to_container(defaults))
     typed = {key for key, value in chosen.items() if default.get(key) != value}
@@ -192,13 +179,9 @@ def leaves(node: dict) -> dict:
 
 
 def resumed(cfg: DictConfig, overrides: list[str]) -> DictConfig:
-    """The config of the run this command line continues (a ``run.logdir`` that holds a
-    run's config, or ``run.resume=latest``'s find): that run's saved config, with the
-    keys the command line set (``typed_keys``) on top and ``run.logdir`` the folder, so a
-    resume repeats none of the overrides its run started with (``make resume``). A key set
-    that a resume cannot change is a ``ConfigError`` naming it and the folder; another
-    env's folder, one naming both envs. Any other command line: ``cfg`` as it is. The
-    caller checks the result for its world (``command_line.validated``)."""
+    """The continued run's saved config with the keys the command line set on top, so a
+    resume repeats none of its overrides (else ``cfg``); a key a resume cannot change, or
+    another env, is a ``ConfigError``. The caller validates it (``command_line.validated``)."""
     if not (cfg.run.logdir or cfg.run.resume == "latest"):
         return cfg
     if cfg.run.resume != "latest" and not (Path(cfg.run.logdir) / SAVED_CONFIG).is_file():
@@ -241,8 +224,7 @@ def resumed(cfg: DictConfig, overrides: list[str]) -> DictConfig:
 
 
 def check_resume(saved: dict, cfg: DictConfig) -> None:
-    """Refuse to resume a run directory under a config that differs outside
-    ``RESUMABLE_KEYS``; the message names the first differing key."""
+    """Refuse a resume whose config differs outside ``RESUMABLE_KEYS`` (names the first key)."""
     before = flatten(in_current_keys(saved))
     after = flatten(OmegaConf.to_container(cfg))
     for key in sorted(set(before) | set(after)):

@@ -1,5 +1,5 @@
 """A run directory made ready for training: created and checked writable, the resume
-checked, what a crash left behind cleaned up, the latest checkpoint's state. Which run
+checked, a crash's leftovers cleaned up, the latest checkpoint's state. Which run
 directory, and a resume's config: ``dreamer.training.resume``."""
 
 from __future__ import annotations
@@ -20,10 +20,8 @@ log = logging.getLogger("dreamer")
 
 
 def make_run_dir(logdir: Path) -> None:
-    """``run.logdir`` created if missing and checked writable (a file is written there
-    and removed). Refused in one line (``ConfigError``) when it is a file, lies under
-    one, or cannot be created or written (read-only, immutable, no permission, /proc);
-    the caller removes the folders it made (``dreamer.train.main``, as for any refusal)."""
+    """``run.logdir`` created if missing and checked writable, else a ``ConfigError``
+    (the caller, ``dreamer.training.loop.run``, removes the folders it made)."""
     probe = logdir / f".write-check-{os.getpid()}"
     try:
         logdir.mkdir(parents=True, exist_ok=True)
@@ -43,10 +41,9 @@ def make_run_dir(logdir: Path) -> None:
 
 
 def prepare_run_dir(cfg, logdir: Path) -> dict | None:
-    """Check a run directory for resuming; returns the checkpoint state, if any.
-
-    Metrics lines past the checkpoint are dropped so a resumed run has no duplicated
-    or missing steps; a changed config outside the resumable keys is refused."""
+    """Check a run directory for resuming; returns the checkpoint state, if any. Metrics
+    lines past the checkpoint are dropped (no duplicated or missing steps); a changed
+    config outside the resumable keys is refused."""
     saved_config = logdir / SAVED_CONFIG
     if saved_config.exists():
         check_resume(OmegaConf.to_container(OmegaConf.load(saved_config)), cfg)

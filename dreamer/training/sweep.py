@@ -1,14 +1,10 @@
 """``python -m dreamer.train -m [hydra/launcher=slurm] key=a,b ...``: a Hydra sweep.
 
-Hydra's multirun expands the overrides into one job per combination and hands the
-jobs to its launcher: the basic one runs them here one after another; ``slurm``
-(``conf/hydra/launcher/slurm.yaml``, hydra-submitit-launcher) submits one SLURM job
-each. A job is the same training as ``python -m dreamer.train <its overrides>``, in
-``run.logdir`` = ``<hydra.sweep.dir>/<job number>`` unless the overrides name one.
-That directory does not change when SLURM requeues the job, so the requeued job
-resumes there: a preemption signal stops the trainer with a checkpoint, and this job
-then asks SLURM to requeue it.
-"""
+One job per combination of the overrides, run here one after another, or one SLURM job
+each with ``hydra/launcher=slurm`` (``conf/hydra/launcher/slurm.yaml``). A job trains
+as ``python -m dreamer.train <its overrides>`` in ``<hydra.sweep.dir>/<job number>``
+unless the overrides name a ``run.logdir``; a job stopped by preemption asks SLURM to
+requeue it, and the requeued job resumes in the same directory."""
 
 from __future__ import annotations
 
@@ -24,8 +20,7 @@ from dreamer.runtime.signals import REQUEUE_EXIT
 
 
 def job(train_main, composed) -> int:
-    """One job of the sweep: ``train_main`` (``dreamer.train.main``) on the config
-    Hydra composed for it, in the job's own run directory."""
+    """One sweep job: ``train_main`` on the config Hydra composed, in its own run directory."""
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf, open_dict
 

@@ -1,11 +1,7 @@
-"""``run.from_checkpoint``: a new run that starts from another run's weights.
-
-The parts (``run.from_checkpoint_parts``): ``world_model`` (encoder, RSSM, decoder,
-reward and continue heads), ``actor`` (with its return-normalisation statistics),
-``critic`` (with the slow critic), ``optimizer`` (its moments; needs all three). Counters,
-replay and the update schedule start fresh. A different observation or action layout,
-or model size, is refused with a ``ConfigError`` naming what differs.
-"""
+"""``run.from_checkpoint``: a new run that starts from another run's weights, of the
+``run.from_checkpoint_parts``: ``world_model``, ``actor`` (with its return-normalisation
+statistics), ``critic`` (with the slow critic), ``optimizer`` (needs all three). Counters,
+replay and the schedule start fresh; another layout or model size is a ``ConfigError``."""
 
 from __future__ import annotations
 
@@ -19,12 +15,9 @@ from dreamer.runtime import checkpoint, rotation
 
 log = logging.getLogger(__name__)
 
-MODEL_PARTS = WARM_START_PARTS[:3]
-
 
 def _owners(agent: Agent) -> dict[str, str]:
-    """Loss state-dict name -> the part that owns it (names the parts do not own, such
-    as constants derived from the config, are left out)."""
+    """Loss state-dict name -> the part that owns it (config-derived constants left out)."""
     parts = {"world_model": agent.world_model, "actor": agent.actor, "critic": agent.value}
     owners = {name: part for part, m in parts.items() for name in agent.loss_names(m).values()}
     for name in agent.loss.state_dict(keep_vars=True):
