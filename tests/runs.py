@@ -258,15 +258,13 @@ FORKED = """
 import json, os, sys
 sys.path.insert(1, sys.argv[5])  # the repository: tests.zygote (the cwd may be elsewhere)
 exec(sys.argv[4])  # the prelude: imports every fork would otherwise pay for
-from tests.zygote import become
+from tests.zygote import become, command
 module, out = sys.argv[1], sys.argv[2]
 for i, (argv, hidden) in enumerate(json.loads(sys.argv[3])):
     pid = os.fork()
     if pid == 0:
-        streams = {f"std{name}": os.path.join(out, f"{i}.{name}") for name in ("out", "err")}
-        become({"module": module, "argv": argv, "hidden": hidden, "cwd": os.getcwd(),
-                "env": dict(os.environ), **streams, "session": False, "ignore_usr1": False,
-                "interruptible": False})
+        become(command(module, argv, f"{out}/{i}.out", f"{out}/{i}.err", os.getcwd(),
+                       hidden=hidden))
     _, status = os.waitpid(pid, 0)
     with open(os.path.join(out, f"{i}.rc"), "w") as rc:
         rc.write(str(os.waitstatus_to_exitcode(status)))

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,18 +115,8 @@ def start(
     global _zygote
     rc = stdout.with_name(stdout.name + ".rc")
     rc.unlink(missing_ok=True)
-    request = {
-        "module": module,
-        "argv": arguments,
-        "cwd": str(cwd),
-        "env": {**os.environ, **(env or {})},
-        "stdout": str(stdout),
-        "stderr": str(stderr) if stderr else None,
-        "rc": str(rc),
-        "session": session,
-        "ignore_usr1": ignore_usr1,
-        "interruptible": interruptible,
-    }
+    request = command(module, arguments, stdout, stderr, cwd, env, session, ignore_usr1)
+    request |= {"rc": str(rc), "interruptible": interruptible}
     with _lock:
         if _zygote is None or _zygote.poll() is not None:
             from tests import leaks
@@ -144,6 +135,34 @@ def start(
         reply = _zygote.stdout.readline()
     assert reply.strip().isdigit(), f"the zygote did not fork: {reply!r}"
     return Forked(int(reply), rc, [module, *arguments])
+
+
+def command(
+    module: str,
+    arguments: list[str],
+    stdout: Path | str,
+    stderr: Path | str | None = None,
+    cwd: Path = ROOT,
+    env: dict[str, str] | None = None,
+    session: bool = False,
+    ignore_usr1: bool = False,
+    hidden: Iterable[str] = (),
+) -> dict:
+    """What ``become`` makes of a forked process: ``python -m module arguments`` in ``cwd``
+    with this environment and ``env``, its output in ``stdout`` (and ``stderr``, else the
+    same file), ``hidden`` modules as if not installed."""
+    return {
+        "module": module,
+        "argv": arguments,
+        "cwd": str(cwd),
+        "env": {**os.environ, **(env or {})},
+        "stdout": str(stdout),
+        "stderr": str(stderr) if stderr else None,
+        "session": session,
+        "ignore_usr1": ignore_usr1,
+        "interruptible": False,
+        "hidden": list(hidden),
+    }
 
 
 def become(request: dict) -> None:
@@ -177,7 +196,7 @@ def become(request: dict) -> None:
     os.closerange(3, os.sysconf("SC_OPEN_MAX"))
     sys.argv = ["-m", *request["argv"]]
     sys.path[0] = request["cwd"]
-    for name in request.get("hidden", ()):
+    for name in request["hidden"]:
         sys.modules[name] = None
     code = 0
     try:

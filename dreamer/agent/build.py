@@ -198,7 +198,8 @@ def build_acting(model, spaces: EnvSpaces) -> TensorDictSequential:
 def build_agent(model, learner, spaces: EnvSpaces) -> Agent:
     """Every network and the DreamerV3 loss from the ``model`` and ``learner`` config
     nodes, made in one fixed order (a seed gives the same weights)."""
-    state_dim, features = latent_sizes(model)[0], sum(latent_sizes(model))
+    state_dim, deter = latent_sizes(model)
+    features = state_dim + deter
     obs_names = [key.name for key in spaces.obs]
     encoder, prior, posterior = build_rssm(model, spaces)
     decoder = MultiDecoder(
