@@ -5,6 +5,7 @@ from __future__ import annotations
 import crafter
 import numpy as np
 import pytest
+import torch
 from gymnasium.utils.env_checker import check_env
 
 from dreamer.envs.crafter import ACHIEVEMENTS, ACTIONS, CrafterEnv
@@ -161,3 +162,22 @@ def test_a_runs_env_makes_its_first_world_at_the_collectors_reset_from_its_seed(
         return image
 
     assert first_image(5) == first_image(5) != first_image(6)
+
+
+def test_one_seed_plays_the_same_episode_in_every_env_object():
+    """Crafter picks the creature it despawns by index into a set of a chunk's objects,
+    which iterates in memory-address order: three env objects of one seed, fed the same
+    actions, went three ways (the tests' Crafter batch, and so their losses, changed
+    from run to run). Its chunks keep their objects in the order they came."""
+    from omegaconf import OmegaConf
+
+    from dreamer.command_line import load
+    from dreamer.envs.make import make_env
+
+    env = OmegaConf.to_container(load(["env=crafter"], check=False).env)
+    played = []
+    for _ in range(3):
+        made = make_env(env, seed=0)
+        torch.manual_seed(0)
+        played.append(made.rollout(200, break_when_any_done=False)["next", "pixels"])
+    assert all(torch.equal(played[0], other) for other in played[1:])

@@ -2,10 +2,12 @@
 API is gym's old 4-tuple: player death (``discount == 0``) is ``terminated``, the length
 limit ``truncated``; the info dict is copied without the large ``semantic`` map.
 ``crafter.Env(seed=s)`` makes its k-th world from ``hash((s, k))``, so ``reset(seed=s)``
-builds a fresh inner env: the worlds are deterministic given the last seed."""
+builds a fresh inner env: the worlds, and what happens in them, are deterministic given
+the last seed (``OrderedWorld``)."""
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 import crafter
@@ -15,6 +17,25 @@ from gymnasium import spaces
 
 ACHIEVEMENTS: tuple[str, ...] = tuple(sorted(crafter.constants.achievements))
 ACTIONS: tuple[str, ...] = tuple(crafter.constants.actions)
+
+
+class InOrder(dict):
+    """A chunk's objects as crafter's set uses them (add, remove, iterate), in the order
+    they came: a set iterates in memory-address order, and crafter picks the creature
+    to despawn by index into it, so one seed's episodes went differently from one process
+    (or one env object) to the next."""
+
+    def add(self, obj) -> None:
+        self[obj] = None
+
+    def remove(self, obj) -> None:
+        del self[obj]
+
+
+class OrderedWorld(crafter.engine.World):
+    def reset(self, seed=None):
+        super().reset(seed)
+        self._chunks = collections.defaultdict(InOrder)
 
 
 class CrafterEnv(gymnasium.Env):
@@ -37,7 +58,9 @@ class CrafterEnv(gymnasium.Env):
 
     def _make_inner(self, seed: int) -> crafter.Env:
         # Crafter checks ``self._length and step >= length``, so length=0 disables the limit.
-        return crafter.Env(size=(self._size, self._size), length=self._length, seed=seed)
+        env = crafter.Env(size=(self._size, self._size), length=self._length, seed=seed)
+        env._world.__class__ = OrderedWorld  # its resets from here on: no world made yet
+        return env
 
     def _image(self, obs: np.ndarray) -> np.ndarray:
         # Crafter returns a transposed (non-contiguous) view; make a fresh contiguous copy.
