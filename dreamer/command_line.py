@@ -37,13 +37,6 @@ USAGE = (
 DICT_KEYS = ("env.kwargs",)
 
 
-def _parsed(override: str) -> tuple[str, Any]:
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    (parsed,) = OverridesParser.create().parse_overrides([override])
-    return parsed.key_or_group, parsed.value()
-
-
 def checked_overrides(overrides: list[str]) -> list[str]:
     """Reject what Hydra would accept silently (``+new.key=1``) or explain badly; returns
     the rest, less ``experiment=null`` (the default, which Hydra's compose rejects)."""
@@ -262,6 +255,7 @@ def load(overrides: list[str], check: bool = True) -> DictConfig:
     What the machine must offer (CUDA, packages) is checked where needed, not here."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -271,7 +265,8 @@ def load(overrides: list[str], check: bool = True) -> DictConfig:
     dict_values = {}
     for text in [t for t in overrides if t.partition("=")[0] in DICT_KEYS]:
         overrides.remove(text)
-        key, value = _parsed(text)
+        (parsed,) = OverridesParser.create().parse_overrides([text])
+        key, value = parsed.key_or_group, parsed.value()
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping, e.g. {key}={{max_episode_steps: 100}}")
         dict_values[key] = value

@@ -56,7 +56,7 @@ def evaluate(logdir: Path, reports: bool = False, pool=None, **eval_overrides):
     agent = build_agent(cfg.model, cfg.learner, spaces)
     agent.loss.load_state_dict(state["learner"]["loss"])
     step = state["steps"]["env_steps"]
-    runner = EvalRunner.from_config(cfg, env, spaces, achievements)
+    runner = EvalRunner(cfg, env, spaces, achievements)
     try:
         result = runner.run(step, agent.policy)
     finally:

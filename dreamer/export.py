@@ -25,7 +25,6 @@ from dreamer.runtime import rotation
 if TYPE_CHECKING:  # torch and torchrl: seconds; a refused command line answers without
     import torch
 
-    from dreamer.agent.spaces import EnvSpaces
     from dreamer.serving.policy import Policy
 
 USAGE = (
@@ -39,27 +38,18 @@ EXAMPLE_BATCH = 2  # not 1: torch.export specialises size-1 dimensions
 def example_inputs(policy: Policy, batch: int = EXAMPLE_BATCH) -> tuple:
     import torch
 
-    observations = {}
-    for key in policy.spaces.obs:
-        dtype = torch.uint8 if key.kind == "image" else torch.float32
-        if key.name in _mask_names(policy.spaces):
-            observations[key.name] = torch.ones(batch, *key.shape, dtype=torch.uint8)
-        else:
-            observations[key.name] = torch.zeros(batch, *key.shape, dtype=dtype)
-    state = policy.initial_state(batch)
-    return (
-        observations,
-        state["state"],
-        state["belief"],
-        state["previous_action"],
-        state["is_init"],
-    )
-
-
-def _mask_names(spaces: EnvSpaces) -> set[str]:
     from dreamer.agent.layout import mask_keys
 
-    return set(mask_keys(spaces.action_heads))
+    masks = mask_keys(policy.spaces.action_heads)
+    observations = {}
+    for key in policy.spaces.obs:
+        if key.name in masks:
+            observations[key.name] = torch.ones(batch, *key.shape, dtype=torch.uint8)
+        else:
+            dtype = torch.uint8 if key.kind == "image" else torch.float32
+            observations[key.name] = torch.zeros(batch, *key.shape, dtype=dtype)
+    state = policy.initial_state(batch)
+    return observations, *(state[key] for key in ("state", "belief", "previous_action", "is_init"))
 
 
 def specs(tensors: dict[str, torch.Tensor]) -> dict[str, dict]:
@@ -96,13 +86,7 @@ def export(policy: Policy, path: Path) -> Path:
     step = policy.greedy_step().to("cpu")
     inputs = example_inputs(policy)
     batch = torch.export.Dim("batch", min=1, max=1 << 16)
-    shapes = (
-        {name: {0: batch} for name in inputs[0]},
-        {0: batch},
-        {0: batch},
-        {0: batch},
-        {0: batch},
-    )
+    shapes = ({name: {0: batch} for name in inputs[0]}, *({0: batch} for _ in inputs[1:]))
     with torch.no_grad():
         program = torch.export.export(step, inputs, dynamic_shapes=shapes)
         outputs = program.module()(*inputs)

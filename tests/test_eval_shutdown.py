@@ -27,7 +27,7 @@ def test_a_shutdown_right_after_a_trigger_closes_the_evaluation_process_it_start
     env = OmegaConf.merge(env, {"kwargs": {"delay": 8.0}})
     agent = build_agent(cfg.model, cfg.learner, spaces)
     before = set(multiprocessing.active_children())
-    runner = EvalRunner.from_config(cfg, env, spaces, achievements)
+    runner = EvalRunner(cfg, env, spaces, achievements)
     runner.trigger(0, agent.policy)  # the process starts in torchrl's backend thread
     with caplog.at_level(logging.INFO):
         runner.shutdown()
@@ -52,7 +52,7 @@ def test_a_shutdown_during_an_evaluation_stops_it_without_a_traceback(
     agent = build_agent(cfg.model, cfg.learner, spaces)
     uncaught = []
     monkeypatch.setattr(threading, "excepthook", uncaught.append)
-    runner = EvalRunner.from_config(cfg, env, spaces, achievements)
+    runner = EvalRunner(cfg, env, spaces, achievements)
     runner.trigger(0, agent.policy)
     deadline = time.monotonic() + 120
     while runner.process() is None or not runner.process().is_alive():

@@ -307,14 +307,7 @@ class DreamerLoss(DreamerV3Loss):
         value_logits = value_logits_all[:, :horizon]
         target = lambda_target.squeeze(-1)
         step_discount = discount.squeeze(-1)
-        regularize = value_loss.slow_critic_regularization
-        critic = two_hot_cross_entropy(value_logits, target, value_loss.value_bins)
-        if regularize:
-            slow = self._slow_value(now_s, now_b, now_f).squeeze(-1)
-            slow_loss = two_hot_cross_entropy(value_logits, slow, value_loss.value_bins)
-            critic = critic + regularize * slow_loss
-        else:
-            slow_loss = torch.zeros_like(critic)
+        critic, slow_loss = self._critic(value_logits, target, now_s, now_b, now_f)
 
         replay_value = self._replay_value(
             reward, done, terminated, states, beliefs, wm_features, lambda_target, last
@@ -359,13 +352,19 @@ class DreamerLoss(DreamerV3Loss):
         weight = ~done.squeeze(-1)[..., :-1]
         prediction = head_output(self.networks.value, states, beliefs, features)
         prediction = prediction.float()[..., :-1, :]
-        critic = two_hot_cross_entropy(prediction, target, value_loss.value_bins)
-        if value_loss.slow_critic_regularization:
-            slow = self._slow_value(states, beliefs, features)[..., :-1, 0]
-            critic = critic + value_loss.slow_critic_regularization * two_hot_cross_entropy(
-                prediction, slow, value_loss.value_bins
-            )
+        critic, _ = self._critic(prediction, target, states, beliefs, features, steps=slice(-1))
         return reduce_loss(value_loss, weight.to(critic.dtype) * critic)
+
+    def _critic(self, logits, target, state, belief, features, steps=slice(None)):
+        """The critic's two-hot loss on ``target`` plus, weighted, on the slow critic's values
+        at ``steps`` (the regulariser alone: zeros without one)."""
+        value_loss = self.value_loss
+        critic = two_hot_cross_entropy(logits, target, value_loss.value_bins)
+        if not value_loss.slow_critic_regularization:
+            return critic, torch.zeros_like(critic)
+        slow = self._slow_value(state, belief, features)[..., steps, 0]
+        slow_loss = two_hot_cross_entropy(logits, slow, value_loss.value_bins)
+        return critic + value_loss.slow_critic_regularization * slow_loss, slow_loss
 
 
 def finite_starts(state: torch.Tensor, belief: torch.Tensor):

@@ -16,10 +16,6 @@ from dreamer.torchrl_compat import dreamer_v3_init
 CNN_MULTS = (2, 3, 4, 4)
 
 
-def _channels_first(image: torch.Tensor) -> torch.Tensor:
-    return image.movedim(-1, -3)
-
-
 class MultiEncoder(nn.Module):
     """Images through a CNN, symlog vectors through an MLP, concatenated; inputs come in
     the order of ``spaces.obs``."""
@@ -46,7 +42,7 @@ class MultiEncoder(nn.Module):
     def forward(self, *observations: torch.Tensor) -> torch.Tensor:
         images = [obs for obs, kind in zip(observations, self.kinds) if kind == "image"]
         vectors = [obs for obs, kind in zip(observations, self.kinds) if kind == "vector"]
-        features = [cnn(_channels_first(image)) for cnn, image in zip(self.cnns, images)]
+        features = [cnn(image.movedim(-1, -3)) for cnn, image in zip(self.cnns, images)]
         if self.mlp is not None:
             flat = torch.cat([vector.float() for vector in vectors], -1)
             features.append(self.mlp(symlog(flat)))
@@ -106,7 +102,7 @@ class MultiDecoder(nn.Module):
     def forward(self, state: torch.Tensor, belief: torch.Tensor) -> tuple[torch.Tensor, ...]:
         features = torch.cat([state, belief], -1)
         latent = (features,) if self.strided else (state, belief)
-        images = iter([_channels_first_inverse(cnn(*latent)) for cnn in self.cnns])
+        images = iter([cnn(*latent).float().movedim(-3, -1) for cnn in self.cnns])
         vectors = iter(())
         if self.mlp is not None:
             hidden = self.mlp(features)
@@ -115,10 +111,6 @@ class MultiDecoder(nn.Module):
                 for head, shape in zip(self.heads, self.vector_shapes)
             )
         return tuple(next(images) if kind == "image" else next(vectors) for kind in self.kinds)
-
-
-def _channels_first_inverse(image: torch.Tensor) -> torch.Tensor:
-    return image.float().movedim(-3, -1)
 
 
 class ContinuousActorNet(nn.Module):

@@ -267,9 +267,6 @@ class SelfHealingCollector:
     def load_state_dict(self, state: dict) -> None:
         self.earlier_versions = state["policy_version"]
 
-    def server_alive(self) -> bool:
-        return self.current is not None and compat.inference_server(self.current).is_alive
-
     def push(self, policy, timeout: float) -> None:
         """The policy's weights to the inference process, waiting at most ``timeout`` s (not
         ``update_policy_weights_``: it waits 300 s for a stopped process); deferred to
@@ -286,7 +283,7 @@ class SelfHealingCollector:
                 timeout,
             )
         except RuntimeError as error:
-            if self.server_alive():
+            if self.current is not None and compat.inference_server(self.current).is_alive:
                 raise
             log.warning("weight push failed, the inference server is gone: %s", error)
 

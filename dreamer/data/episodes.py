@@ -45,7 +45,6 @@ class EpisodeStats:
             metrics["episode/return"] = sum(self._returns) / len(self._returns)
             metrics["episode/length"] = sum(self._lengths) / len(self._lengths)
             metrics["episode/count"] = len(self._returns)
-        if self.achievement_names and self._returns:
             for name, count in zip(self.achievement_names, self._unlocked.tolist()):
                 metrics[f"achievements/{name}"] = count
         self._returns, self._lengths = [], []

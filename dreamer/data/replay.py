@@ -366,8 +366,7 @@ class SequenceReplay:
         state = {
             "layout": LAYOUT,
             "storage": "disk" if self.disk else "memory",
-            "written": self.written.clone(),
-            "floor": self.floor.clone(),
+            **self._entry(),
             "generator": self.generator.get_state(),
             "chunk": self.chunk,
             "fields": [field.to_state() for field in self.fields] if self.fields else None,
@@ -420,20 +419,16 @@ class SequenceReplay:
         if self.directory is None:
             raise CheckpointError("replay: this checkpoint's replay is in files; no folder given")
         entry = self._entry()
+        mapped = self.disk or self.readonly  # completed chunks: a memory map, else RAM
         for stream in range(self.streams):
             firsts, tail = reads(entry, stream, self.per_stream, self.chunk)
             for first in firsts:
                 path = chunk_path(self.directory, stream, first)
-                self.chunks[stream][first] = self._read(path, first, mapped=self.mapped)
+                self.chunks[stream][first] = self._read(path, first, mapped=mapped)
             if tail is not None:
                 first = tail - tail % self.chunk
                 data = self._read(tail_path(self.directory, stream, tail), first, mapped=False)
                 self.chunks[stream][first] = self._padded(data)
-
-    @property
-    def mapped(self) -> bool:
-        """Completed chunks read through a memory map (else into RAM)."""
-        return self.disk or self.readonly
 
     def _read(self, path: Path, first: int, mapped: bool) -> Chunk:
         return read_file(path, first, self.fields, self.chunk, mapped)

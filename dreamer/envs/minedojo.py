@@ -340,12 +340,6 @@ class MineDojoEnv(gymnasium.Env):
         self._sim = sim
         return native
 
-    def _close_sim(self) -> None:
-        sim, self._sim = self._sim, None
-        if sim is not None:
-            with contextlib.suppress(Exception):
-                sim.close()
-
     def _start_episode(self, native: dict) -> dict:
         self._sticky.reset()
         self._steps = 0
@@ -385,7 +379,10 @@ class MineDojoEnv(gymnasium.Env):
         return obs, reward, bool(done), truncated, {}
 
     def close(self) -> None:
-        self._close_sim()
+        sim, self._sim = self._sim, None
+        if sim is not None:
+            with contextlib.suppress(Exception):
+                sim.close()
 
 
 def make(env, seed: int) -> MineDojoEnv:

@@ -17,9 +17,7 @@ log = logging.getLogger("dreamer")
 class PeriodicEvaluation:
     def __init__(self, cfg, logdir: Path, parts, writer: MetricsWriter, start: int):
         self.cfg, self.logdir, self.parts, self.writer = cfg, logdir, parts, writer
-        self.runner = EvalRunner.from_config(
-            cfg, parts.env, parts.spaces, parts.achievements, parts.relaunches
-        )
+        self.runner = EvalRunner(cfg, parts.env, parts.spaces, parts.achievements, parts.relaunches)
         self.pool = RenderPool(
             pool_size(cfg.eval.render_workers), parts.relaunches, on_file=writer.log_file
         )

@@ -160,22 +160,14 @@ def _start_worker() -> None:
     _pyplot()
 
 
-def _ready() -> int:
-    return os.getpid()
-
-
 def pool_size(configured: int | None) -> int:
     """``DREAMER_RENDER_WORKERS`` if set, else the configured size (None: min(cores, 16))."""
     value = os.environ.get(WORKERS_ENV)
     if value is None or value == "":
-        return default_workers() if configured is None else configured
+        return min(usable_cores(), 16) if configured is None else configured
     if not value.isdigit():
         raise ValueError(f"{WORKERS_ENV}: expected a worker count >= 0, got {value!r}")
     return int(value)
-
-
-def default_workers() -> int:
-    return min(usable_cores(), 16)
 
 
 class RenderPool:
@@ -190,9 +182,7 @@ class RenderPool:
         self.failures: list[str] = []
         self._pending: list[tuple[Path, Future, tuple]] = []  # path, future, what to redraw
         self._starting: list[Future] = []  # the workers' start, until they are all up
-        self._pool = None
-        if workers:
-            self._pool = self._new_pool()
+        self._pool = self._new_pool() if workers else None
 
     def _new_pool(self) -> ProcessPoolExecutor:
         context = multiprocessing.get_context("forkserver" if forkserver.serving() else "spawn")
@@ -202,7 +192,7 @@ class RenderPool:
         """Start every worker now, not waited for: they import matplotlib for seconds."""
         if self._pool is not None:
             with children_keep_signals():
-                self._starting = [self._pool.submit(_ready) for _ in range(self.workers)]
+                self._starting = [self._pool.submit(os.getpid) for _ in range(self.workers)]
                 stop_moment("render_start")
 
     def _announce(self) -> None:

@@ -13,11 +13,6 @@ from dreamer.envs import registry
 from dreamer.outputs.logs import metric_rows
 
 
-def _to_uint8(images: torch.Tensor) -> np.ndarray:
-    """The decoder's [0, 1] HWC images as uint8."""
-    return (images.float().clamp(0, 1) * 255).round().to(torch.uint8).numpy()
-
-
 @torch.no_grad()
 def open_loop(
     agent: Agent, batch: TensorDictBase, context: int, image: str
@@ -41,8 +36,8 @@ def open_loop(
         state, belief = step.get(("next", "state")), step.get(("next", "belief"))
         decoded = decoder(TensorDict({"next": {"state": state, "belief": belief}}, [count]))
         frames.append(decoded.get(("next", reco_key(image))).unsqueeze(1))
-    model = torch.cat(frames, 1)
-    return batch.get(("next", image)).cpu().numpy(), _to_uint8(model.cpu())
+    model = torch.cat(frames, 1).cpu().float().clamp(0, 1)  # the decoder's [0, 1] images
+    return batch.get(("next", image)).cpu().numpy(), (model * 255).round().to(torch.uint8).numpy()
 
 
 def crafter_score(success_rates: list[float]) -> float:

@@ -112,16 +112,14 @@ class EvalRunner:
 
     def __init__(
         self,
-        *,
-        eval_cfg,
+        cfg,
         env,
-        model,
         spaces: EnvSpaces,
-        latent: tuple[int, int],
-        seed: int,
         achievement_names: tuple[str, ...],
         relaunches: Relaunches | None = None,
     ):
+        """The runner for a run's ``eval.*`` (``env``: ``dreamer.envs.env_config``'s node)."""
+        eval_cfg, model, seed = cfg.eval, cfg.model, cfg.run.seed
         self.image = next((key.name for key in spaces.image_keys), None)
         self.achievement_names = achievement_names
         self.timeout = eval_cfg.timeout
@@ -131,7 +129,7 @@ class EvalRunner:
             functools.partial(
                 make_eval_env,
                 env,
-                latent,
+                latent_sizes(model),
                 seed + EVAL_SEED_OFFSET,
                 eval_cfg.envs,
                 eval_cfg.max_steps,
@@ -148,27 +146,6 @@ class EvalRunner:
         self._pending_weights = None  # kept to run the evaluation again
         self._attempt = 0
         self._announced: int | None = None
-
-    @classmethod
-    def from_config(
-        cls,
-        cfg,
-        env,
-        spaces: EnvSpaces,
-        achievement_names: tuple[str, ...],
-        relaunches: Relaunches | None = None,
-    ) -> EvalRunner:
-        """The runner for a run's ``eval.*`` (``env``: ``dreamer.envs.env_config``'s node)."""
-        return cls(
-            eval_cfg=cfg.eval,
-            env=env,
-            model=cfg.model,
-            spaces=spaces,
-            latent=latent_sizes(cfg.model),
-            seed=cfg.run.seed,
-            achievement_names=achievement_names,
-            relaunches=relaunches,
-        )
 
     def _summarize(self, batch: TensorDictBase) -> dict:
         # torchrl hands what this returns back as "eval/<key>"

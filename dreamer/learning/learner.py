@@ -49,14 +49,11 @@ class AveragingSkippingOptimizer(DreamerV3Optimizer):
             self.average([p.grad for p in params])
         grads = [p.grad for p in params if p.grad is not None]
         if not torch.isfinite(torch.stack(torch._foreach_norm(grads)).sum()):
-            self.skip()
+            self.skipped += 1
+            self.consecutive_skips += 1
             return None
         self.consecutive_skips = 0
         return super().step(closure)
-
-    def skip(self) -> None:
-        self.skipped += 1
-        self.consecutive_skips += 1
 
 
 def use_compile_cache() -> None:

@@ -60,28 +60,22 @@ class ResumedTensorboard(TensorboardLogger):
 class MetricsWriter:
     """One JSON line per log interval, its scalars mirrored to TensorBoard and trackers."""
 
-    def __init__(self, logdir: Path, tensorboard: bool = True, trackers=(), start: int = 0):
-        """``start``: the env step a resumed run goes on from; its metrics.jsonl holds no
-        row past it (``truncate``) and TensorBoard hides the events past it."""
-        self.trackers = list(trackers)
-        self.path = logdir / "metrics.jsonl"
-        self.file = self.path.open("a", encoding="utf-8")
-        self.tensorboard = None
-        if tensorboard:  # torchrl's logger: events under <logdir>/tensorboard
-            self.tensorboard = ResumedTensorboard("tensorboard", str(logdir), start)
-
-    @classmethod
-    def from_config(cls, cfg, logdir: Path, start: int = 0) -> MetricsWriter:
-        """The outputs ``logger.use`` names (``metrics.jsonl`` always)."""
+    def __init__(self, cfg, logdir: Path, start: int = 0):
+        """The outputs ``logger.use`` names (``metrics.jsonl`` always). ``start``: the env
+        step a resumed run goes on from; its metrics.jsonl holds no row past it
+        (``truncate``) and TensorBoard hides the events past it."""
         from omegaconf import OmegaConf
 
         from dreamer.outputs.trackers import start_trackers
 
         use = list(cfg.logger.use)
-        trackers = start_trackers(
-            use, logdir, cfg.logger, OmegaConf.to_container(cfg, resolve=True)
-        )
-        return cls(logdir, tensorboard="tensorboard" in use, trackers=trackers, start=start)
+        config = OmegaConf.to_container(cfg, resolve=True)
+        self.trackers = start_trackers(use, logdir, cfg.logger, config)
+        self.path = logdir / "metrics.jsonl"
+        self.file = self.path.open("a", encoding="utf-8")
+        self.tensorboard = None
+        if "tensorboard" in use:  # torchrl's logger: events under <logdir>/tensorboard
+            self.tensorboard = ResumedTensorboard("tensorboard", str(logdir), start)
 
     def log_file(self, path: Path) -> None:
         for tracker in self.trackers:
@@ -95,9 +89,8 @@ class MetricsWriter:
             return
         lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
         kept = [line for line in lines if (step := _step(line)) is not None and step <= last_step]
-        if len(kept) == len(lines):
-            return
-        replace_text(path, "".join(kept))
+        if len(kept) != len(lines):
+            replace_text(path, "".join(kept))
 
     def write(self, step: int, metrics: dict[str, float]) -> None:
         clean = {

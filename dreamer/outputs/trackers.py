@@ -53,35 +53,43 @@ def scalars(row: dict) -> dict[str, float]:
     }
 
 
-class MlflowTracker:
-    """torchrl's ``MLFlowLogger``, resuming this run's earlier MLflow run if any."""
+class Tracker:
+    """A torchrl logger (``self.logger``, made by ``start``) resuming this run's earlier
+    run (``run_id``) of the tracker named ``name``."""
+
+    name: str
+
+    def __init__(self, logdir: Path, cfg):
+        self.logdir, self.cfg = logdir, cfg
+        self.run_id = _ids(logdir).get(self.name)
+
+    def metrics(self, step: int, values: dict[str, float]) -> None:
+        self.logger.log_metrics(values, step=step)
+
+
+class MlflowTracker(Tracker):
+    """torchrl's ``MLFlowLogger``."""
 
     name = "mlflow"
 
     def __init__(self, logdir: Path, cfg):
         for key, value in MLFLOW_RETRIES.items():
             os.environ.setdefault(key, value)
-        self.logdir = logdir
-        self.uri = cfg["uri"]
-        self.experiment_name = cfg["experiment"]
-        self.run_id = _ids(logdir).get(self.name)
+        super().__init__(logdir, cfg)
 
     def start(self, params: dict) -> str:
-        uri, artifacts = self.uri, None
+        uri, artifacts = self.cfg["uri"], None
         if not uri:  # MLflow >= 3.13 refuses plain-file stores: a SQLite file in the run dir
             store = (self.logdir / "mlflow").resolve()
             store.mkdir(parents=True, exist_ok=True)
             uri, artifacts = f"sqlite:///{store / 'mlflow.db'}", (store / "artifacts").as_uri()
         resume_id = self.run_id
         logger = compat.mlflow_logger(resume_id)
-        self.logger = logger(self.experiment_name, uri, artifact_location=artifacts)
+        self.logger = logger(self.cfg["experiment"], uri, artifact_location=artifacts)
         self.run_id = self.logger.experiment.info.run_id
         if resume_id is None:
             self.logger.log_hparams({key: str(value) for key, value in flatten(params).items()})
         return self.run_id
-
-    def metrics(self, step: int, values: dict[str, float]) -> None:
-        self.logger.log_metrics(values, step=step)
 
     def file(self, path: Path, folder: str) -> None:
         import mlflow
@@ -94,16 +102,14 @@ class MlflowTracker:
         mlflow.end_run()
 
 
-class WandbTracker:
+class WandbTracker(Tracker):
     """torchrl's ``WandbLogger``; offline (files under ``<run.logdir>/wandb``, ``wandb
     sync`` uploads them later) unless an API key is set or ``logger.wandb.mode=online``."""
 
     name = "wandb"
 
     def __init__(self, logdir: Path, cfg):
-        self.logdir = logdir
-        self.cfg = cfg
-        self.run_id = _ids(logdir).get(self.name)
+        super().__init__(logdir, cfg)
         self.offline = cfg["mode"] == "offline" or (cfg["mode"] == "auto" and not has_wandb_key())
 
     def start(self, params: dict) -> str:
@@ -122,9 +128,6 @@ class WandbTracker:
             log_env_packages=False,
         )
         return self.run_id
-
-    def metrics(self, step: int, values: dict[str, float]) -> None:
-        self.logger.log_metrics(values, step=step)
 
     def file(self, path: Path, folder: str) -> None:
         import wandb

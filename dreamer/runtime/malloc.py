@@ -11,6 +11,7 @@ keeps its largest update's working set, which the next update needs anyway."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform
 
@@ -22,6 +23,7 @@ USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNA
 _kept = False
 
 
+@functools.cache
 def _glibc() -> ctypes.CDLL | None:
     """This process's C library where it is glibc."""
     return ctypes.CDLL(None) if platform.libc_ver()[0] == "glibc" else None
@@ -43,11 +45,5 @@ def release_freed_memory() -> None:
     """Give the heap's free pages back to the OS now (``malloc_trim``): chunk-sized blocks
     freed between long-lived ones stay resident otherwise (a disk replay grew ~1 GB per
     100k 64x64 frames, ``tests/test_replay_memory.py``)."""
-    global _libc
-    if _libc is None:
-        _libc = _glibc() or False
-    if _libc:
-        _libc.malloc_trim(0)
-
-
-_libc: ctypes.CDLL | None | bool = None
+    if (libc := _glibc()) is not None:
+        libc.malloc_trim(0)

@@ -181,7 +181,11 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
             if progress is not None:
                 progress.close()
             saved = save.final(steps.env_steps) if world.main and not failed_output else True
-            close(evaluation, finished, writer, timers)
+            if evaluation is not None:
+                evaluation.close(finished)  # waited for if the run finished
+            if writer is not None:
+                writer.close()
+            log.info(timers.summary())
     return outcome(saved, finished, stop.received, parts, logdir, world)
 
 
@@ -200,7 +204,7 @@ def announce(cfg, parts, pace: str, logdir: Path, world: World, device) -> Metri
     """The start line and the collection's speed note; returns rank 0's metrics writer."""
     if world.main and (note := path_note(bool(parts.spaces.image_keys))):
         log.info(note)
-    writer = MetricsWriter.from_config(cfg, logdir, parts.steps.env_steps) if world.main else None
+    writer = MetricsWriter(cfg, logdir, parts.steps.env_steps) if world.main else None
     log.info(
         "training %s on %s (update: %s; learner: %d torch threads of %d usable cores, "
         "OpenMP %s, malloc %s; collection pace while it updates: %s), logging to %s",
@@ -261,15 +265,6 @@ def metrics(parts, losses: IntervalMeans, gc_stats, timers: LoopTimers, at: floa
         **gc_stats.metrics(),
         **timers.flush(learner.updates, at),
     }
-
-
-def close(evaluation, finished: bool, writer, timers: LoopTimers) -> None:
-    """After the loop: the evaluation (waited for if the run finished), metrics, timers."""
-    if evaluation is not None:
-        evaluation.close(finished)
-    if writer is not None:
-        writer.close()
-    log.info(timers.summary())
 
 
 def outcome(saved: bool, finished: bool, received, parts, logdir: Path, world: World) -> int:
