@@ -4,13 +4,14 @@ imports these; nothing here imports tests/)."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import platform
 import struct
 import subprocess
 import zipfile
 from pathlib import Path
+
+from dreamer.runtime.files import jsonl_rows  # noqa: F401 - the tests' and benchmarks' reader
 
 # A run that lasts until the caller has done what it came to do, then stops it (USR1):
 # no machine is fast enough to finish it first.
@@ -35,18 +36,6 @@ def cpu_model() -> str:
         )
         return f"{name} (family {family} model {model}, {', '.join(bf16)})"
     return platform.processor() or platform.machine()
-
-
-def jsonl_rows(path: Path) -> list[dict]:
-    """The rows of a JSON-lines file a run may still be writing or was killed writing
-    (none if it is not there yet; a torn line is left out)."""
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        with contextlib.suppress(ValueError):
-            rows.append(json.loads(line))
-    return rows
 
 
 def descendants(pid: int) -> set[int]:

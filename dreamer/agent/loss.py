@@ -352,7 +352,9 @@ class DreamerLoss(DreamerV3Loss):
         weight = ~done.squeeze(-1)[..., :-1]
         prediction = head_output(self.networks.value, states, beliefs, features)
         prediction = prediction.float()[..., :-1, :]
-        critic, _ = self._critic(prediction, target, states, beliefs, features, steps=slice(-1))
+        critic, _ = self._critic(
+            prediction, target, states, beliefs, features, steps=slice(None, -1)
+        )
         return reduce_loss(value_loss, weight.to(critic.dtype) * critic)
 
     def _critic(self, logits, target, state, belief, features, steps=slice(None)):

@@ -55,9 +55,12 @@ class _Achievements(default_info_dict_reader):
         self.names = names
 
     def __call__(self, info_dict, tensordict):
-        found = info_dict.get("achievements", dict.fromkeys(self.names, 0))
-        counts = np.asarray([found[name] for name in self.names], dtype=np.int64)
-        return super().__call__({ACHIEVEMENTS_KEY: counts}, tensordict)
+        if "achievements" in info_dict:
+            counts = [info_dict["achievements"][name] for name in self.names]
+            info_dict = {ACHIEVEMENTS_KEY: np.asarray(counts, dtype=np.int64)}
+        else:
+            info_dict = {ACHIEVEMENTS_KEY: np.zeros(len(self.names), dtype=np.int64)}
+        return super().__call__(info_dict, tensordict)
 
 
 class _Restarts(default_info_dict_reader):

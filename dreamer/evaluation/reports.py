@@ -10,7 +10,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from dreamer.agent.build import Agent, reco_key
 from dreamer.envs import registry
-from dreamer.outputs.logs import metric_rows
+from dreamer.runtime.files import jsonl_rows
 
 
 @torch.no_grad()
@@ -62,7 +62,7 @@ def learning_curves(metrics: Path) -> tuple[dict[str, tuple[list, list]], dict[s
     """Train episode returns and eval returns vs env steps, read from ``metrics.jsonl``,
     and their legend entries: what each point is and how many episodes are behind it."""
     series: dict[str, tuple[list[float], list[float]]] = {}
-    rows = metric_rows(metrics)
+    rows = jsonl_rows(metrics)
     for name, key in (("train", "episode/return"), ("eval", "eval/return")):
         points = [(row["env_steps"], row[key]) for row in rows if row.get(key) is not None]
         if points:

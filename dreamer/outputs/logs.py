@@ -14,7 +14,7 @@ import torch
 from torchrl.record.loggers import TensorboardLogger
 from tqdm import tqdm
 
-from dreamer.runtime.files import replace_text
+from dreamer.runtime.files import jsonl_rows, replace_text
 
 log = logging.getLogger("dreamer")
 
@@ -127,20 +127,9 @@ class MetricsWriter:
                 log.error("closing the run's outputs: %s", error)
 
 
-def metric_rows(path: Path) -> list[dict]:
-    """The rows of ``metrics.jsonl`` at ``path``, less a line cut short by a crash."""
-    rows = []
-    for line in path.read_text().splitlines() if path.exists() else []:
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            continue
-    return rows
-
-
 def has_eval_row(logdir: Path, step: int) -> bool:
     """Has metrics.jsonl the evaluation row of env step ``step``?"""
-    rows = metric_rows(logdir / "metrics.jsonl")
+    rows = jsonl_rows(logdir / "metrics.jsonl")
     return any(row.get("env_steps") == step and "eval/return" in row for row in rows)
 
 

@@ -5,6 +5,7 @@ the rename survives a power loss. A failed write leaves the old file and no temp
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -50,3 +51,13 @@ def bytes_free(folder: Path) -> str:
         return f" ({shutil.disk_usage(folder).free:,} bytes free)"
     except OSError:
         return ""
+
+
+def jsonl_rows(path: Path) -> list[dict]:
+    """The rows of a JSON-lines file a run may still be writing or was killed writing
+    (none if it is not there yet; a line cut short is left out)."""
+    rows = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        with contextlib.suppress(ValueError):
+            rows.append(json.loads(line))
+    return rows
