@@ -82,7 +82,8 @@ class RunConfig:
     """replayed steps per env step: updates per env step = train_ratio / (replay.batch x
     replay.length)"""
     train_starts: int = _f(1024, ">= 0")
-    """env steps collected before the first update"""
+    """env steps collected before the first update (the official DreamerV3 starts at one
+    batch of steps: replay.batch x replay.length, 16 x 64 in its presets)"""
     seed: int = _f(0)
     """seed of the weights, the env workers and the replay sampling"""
     logdir: str | None = _f(None, resumable=True)

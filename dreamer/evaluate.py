@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 
 from dreamer.command_line import check_value, parse_args
 from dreamer.errors import ConfigError
-from dreamer.runtime import rotation
+from dreamer.runtime import rotation, signals
 from dreamer.training.resume import saved
 
 USAGE = (
@@ -106,4 +106,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    signals.exit_now(main(sys.argv[1:]))

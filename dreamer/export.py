@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from dreamer.command_line import parse_args
 from dreamer.errors import ConfigError
-from dreamer.runtime import rotation
+from dreamer.runtime import rotation, signals
 
 if TYPE_CHECKING:  # torch and torchrl: seconds; a refused command line answers without
     import torch
@@ -118,4 +118,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    signals.exit_now(main(sys.argv[1:]))

@@ -67,4 +67,4 @@ def cli() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(cli())
+    signals.exit_now(cli())

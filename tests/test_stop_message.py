@@ -395,3 +395,26 @@ def test_a_reset_handshake_of_the_resource_sharer_prints_nothing(monkeypatch, ca
     printed = capsys.readouterr().err
     assert "Connection reset by peer" not in printed
     assert "elsewhere" in printed and "not a handshake" in printed
+
+
+EXITS = """
+import atexit, sys, threading, time
+from dreamer.runtime.signals import exit_now
+atexit.register(print, "atexit handler ran")
+late = threading.Thread(target=lambda: (time.sleep(0.3), print("thread ended", end="; ")))
+late.start()
+print("buffered", end="; ")  # stdout is a pipe: block-buffered until the end
+exit_now(3)
+print("never")
+"""
+
+
+def test_a_command_ends_with_its_code_its_threads_atexit_handlers_and_whole_output():
+    """The commands end by ``signals.exit_now`` (no interpreter finalization): what
+    ``sys.exit`` does before that still happens, in its order."""
+    done = subprocess.run([sys.executable, "-c", EXITS], capture_output=True, text=True)
+    assert (done.returncode, done.stdout, done.stderr) == (
+        3,
+        "buffered; thread ended; atexit handler ran\n",
+        "",
+    )

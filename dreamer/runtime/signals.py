@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -15,6 +16,19 @@ from multiprocessing import resource_tracker
 REQUEUE_EXIT = 75  # EX_TEMPFAIL: checkpointed after SIGTERM/SIGUSR1/SIGUSR2; rerun to resume
 INTERRUPT_EXIT = 130  # checkpointed after Ctrl-C
 STOPPED_FILE = "stopped"
+
+
+def exit_now(code: int):
+    """End this process with ``code`` as ``sys.exit`` would, minus the interpreter's
+    finalization: its threads joined, its atexit handlers run (logging, the trackers,
+    multiprocessing's children), its standard streams flushed. Tearing down torch's
+    modules took ~1.3 s after a run's last line (a 2-core Zen 3)."""
+    threading._shutdown()  # what the interpreter's end does first: join non-daemon threads
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe, a closed stream
+            stream.flush()
+    os._exit(code)
 
 
 class StopSignals:
