@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import re
 import typing
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from dreamer.envs import registry
 from dreamer.envs.settings import EnvSettings
 from dreamer.errors import ConfigError, did_you_mean
-from dreamer.schema import TRISTATE
+from dreamer.schema import TRISTATE, installed, pip_install
 from dreamer.schema import f as _f
 from dreamer.schema import section as _section
 from dreamer.schema import strings as _list
@@ -34,6 +35,17 @@ GROUPS = ("env", "model", "experiment")  # config groups: directories under conf
 
 WARM_START_PARTS = ("world_model", "actor", "critic", "optimizer")
 LOGGERS = ("jsonl", "tensorboard", "wandb", "mlflow")
+TRACKER_EXTRAS = ("mlflow", "wandb")  # loggers whose package is an extra of that name
+
+
+def check_trackers(names) -> None:
+    """``ConfigError`` for a tracker in ``names`` (``logger.use``) whose extra is missing;
+    before torch loads: the refusal comes at once."""
+    for name in sorted(set(names) & set(TRACKER_EXTRAS)):
+        if not installed(name):
+            raise ConfigError(
+                f"logger: {name} is not installed; install it with {pip_install(name)}"
+            )
 
 
 @dataclass
@@ -400,8 +412,9 @@ def options(group: str) -> list[str]:
     )
 
 
+@functools.cache  # once per process: storing it again cost ~0.08 s of every load
 def register_schema() -> None:
-    """Register the schema with Hydra's ConfigStore (idempotent), as Hydra types a config
+    """Register the schema with Hydra's ConfigStore, as Hydra types a config
     group: ``dreamer_schema``, every section (``env``: the keys every kind has), and
     ``env/<kind>_schema``, a kind's own keys, which ``conf/env/<kind>.yaml`` names first
     in its defaults list: Hydra composes each section typed."""

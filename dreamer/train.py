@@ -1,4 +1,4 @@
-"""``python -m dreamer.train [overrides]``: the command line and the env checked (no
+"""``python -m dreamer.train [overrides]``: the command line, the env and the trackers checked (no
 torch yet: ``--help`` and a bad override answer at once), then the run
 (``dreamer.training.loop``) with the collector's forkserver forked from this process
 once it has imported torch and torchrl."""
@@ -15,6 +15,7 @@ import sys
 from omegaconf import DictConfig, OmegaConf
 
 from dreamer.command_line import load, parse_args, validated
+from dreamer.config import check_trackers
 from dreamer.data.forkserver import check_env, start_forkserver
 from dreamer.errors import ConfigError
 from dreamer.key_reference import usage
@@ -31,7 +32,8 @@ def main(argv: list[str] | None = None, build=None, cfg: DictConfig | None = Non
         cfg = from_argv(argv)
     try:
         check_env(cfg)
-    except ConfigError as e:  # the env this machine cannot run
+        check_trackers(cfg.logger.use)
+    except ConfigError as e:  # the env this machine cannot run, a tracker not installed
         print(f"error: {e}", file=sys.stderr)
         return 2
     from dreamer.training import loop  # torch, torchrl: seconds

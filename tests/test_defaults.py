@@ -127,10 +127,10 @@ def test_help_prints_the_other_sections_as_a_run_without_overrides_gets_them(cap
 
 
 # the command as `python -m dreamer.train ARGV` runs it, with torch, torchrl and tensordict
-# made unimportable: importing any of them fails the command
+# made unimportable: importing any of them fails the command (and W&B as if not installed)
 WITHOUT_TORCH = """
 import runpy, sys
-sys.modules.update(dict.fromkeys(["torch", "torchrl", "tensordict"]))
+sys.modules.update(dict.fromkeys(["torch", "torchrl", "tensordict", "wandb"]))
 sys.argv[0] = "dreamer.train"
 runpy.run_module("dreamer.train", run_name="__main__", alter_sys=True)
 """
@@ -158,8 +158,20 @@ runpy.run_module("dreamer.train", run_name="__main__", alter_sys=True)
             2,
             "error: env.id: unknown gymnasium id 'CartPol-v1' (did you mean env.id=CartPole-v1?)\n",
         ),
+        (["logger=[jsonl,wandb]"], 2, "error: logger: wandb is not installed; install it with"),
     ],
-    ids=["help", "out-of-range", "missing", "group", "option", "section", "key", "env-key", "id"],
+    ids=[
+        "help",
+        "out-of-range",
+        "missing",
+        "group",
+        "option",
+        "section",
+        "key",
+        "env-key",
+        "id",
+        "tracker",
+    ],
 )
 def test_help_and_a_refused_command_line_answer_without_torch(argv, code, first):
     """``--help`` and a command line the config refuses answer before torch, torchrl or

@@ -240,3 +240,12 @@ def test_wandb_offline_files_hold_the_metrics_and_a_resume_appends(tmp_path, mon
     assert [(r["step"], r["env_steps"], r["loss_model_reco"]) for r in logged] == [
         (r["env_steps"], r["env_steps"], pytest.approx(r["loss_model_reco"])) for r in rows
     ]
+
+
+def test_every_tracker_is_checked_for_its_extra_before_torch_loads():
+    """``dreamer.train`` refuses a missing tracker from the config's list (no torch), the
+    run starts them from its own table: the two name the same trackers, each a logger."""
+    from dreamer.config import LOGGERS, TRACKER_EXTRAS
+    from dreamer.outputs.trackers import TRACKERS
+
+    assert set(TRACKERS) == set(TRACKER_EXTRAS) <= set(LOGGERS)

@@ -18,10 +18,8 @@ import uuid
 from pathlib import Path
 
 from dreamer import torchrl_compat as compat
-from dreamer.config import flatten
-from dreamer.errors import ConfigError
+from dreamer.config import check_trackers, flatten
 from dreamer.runtime.files import replace_text
-from dreamer.schema import installed, pip_install
 
 log = logging.getLogger(__name__)
 
@@ -224,18 +222,9 @@ class TrackerThread:
         )
 
 
-def check_installed(names) -> None:
-    """``ConfigError`` for a tracker in ``names`` whose extra is missing."""
-    for name in sorted(set(names) & set(TRACKERS)):
-        if not installed(name):
-            raise ConfigError(
-                f"logger: {name} is not installed; install it with {pip_install(name)}"
-            )
-
-
 def start_trackers(names, logdir: Path, logger_cfg, params: dict) -> list[TrackerThread]:
     """A thread per tracker in ``names`` (``logger.use``) that has one here."""
-    check_installed(names)
+    check_trackers(names)
     return [
         TrackerThread(TRACKERS[name](logdir, logger_cfg[name]), logdir, params)
         for name in names

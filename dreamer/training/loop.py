@@ -30,7 +30,6 @@ from dreamer.outputs.logs import (
     Rates,
     setup_logging,
 )
-from dreamer.outputs.trackers import check_installed
 from dreamer.runtime import checkpoint, signals
 from dreamer.runtime.cores import usable_cores
 from dreamer.runtime.dist import process_group
@@ -191,7 +190,6 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
 
 def set_up(cfg, logdir: Path, resume: dict | None, world: World, device, build):
     """The run's parts, built and restored, with the learner's threads set; (parts, pace)."""
-    check_installed(cfg.logger.use)
     pace = pace_mode(cfg.collector.pace, device.type == "cpu")
     collectors = cfg.run.envs // cfg.collector.envs_per_worker + 1  # + the inference process
     torch.set_num_threads(learner_threads(cfg.learner.threads, device, pace != "none", collectors))
