@@ -308,6 +308,7 @@ def test_make_resume_continues_a_stopped_run_with_its_own_config_then_says_it_is
     naming the folder, the run it found and its steps, and the commands that go on."""
     logdir = tmp_path / "runs" / "crafter" / "20260101-000000"
     smoke = ["experiment=smoke", "run.steps=600", "run.train_starts=200", "eval.every=0"]
+    smoke.append("run.train_ratio=4")  # 25 updates: the resume is under test, not learning
     stop = {signals.STOP_AT: "checkpoint_write:SIGTERM:1"}  # its first checkpoint, 1 s in
     first = Trainer(
         logdir, *smoke, "run.save_every=1", log=tmp_path / "run.log", env=stop, session=True
