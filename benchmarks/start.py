@@ -1,9 +1,9 @@
-"""How long does the trainer keep its user waiting at the start? ``--help``, a refused
-override's one-line error, and ``make smoke``'s run (``experiment=smoke``) from launch
-to its first transitions and its first update, as the run's own "under way" line says
-(seconds since the process started, its interpreter's start included). Each figure's
-minimum, median and maximum over ``--repeat`` runs, one after another, on an idle
-machine.
+"""How long does the trainer keep its user waiting? ``--help``, a refused override's
+one-line error, ``make smoke``'s run (``experiment=smoke``) from launch to its first
+transitions and its first update, as the run's own "under way" line says (seconds since
+the process started, its interpreter's start included), and a short smoke run from its
+last line ("done: ...") to the end of its process. Each figure's minimum, median and
+maximum over ``--repeat`` runs, one after another, on an idle machine.
 
     python benchmarks/start.py --repeat 3 --json benchmarks/results/start.json
 """
@@ -29,6 +29,7 @@ TRAIN = [sys.executable, "-m", "dreamer.train"]
 UNDER_WAY = re.compile(r"first transitions ([\d.]+) s, first update ([\d.]+) s after launch")
 # what issue 60 asks of a light start, in seconds
 TARGETS = {"help": 1.0, "refused": 1.0, "first_transitions": 4.0, "first_update": 6.0}
+SHORT = ["experiment=smoke", "run.steps=96", "eval.every=0", "run.progress=false"]
 
 
 def wall(command: list[str], code: int) -> float:
@@ -61,6 +62,26 @@ def smoke_start() -> tuple[float, float]:
             run.wait(120)
 
 
+def smoke_end() -> float:
+    """Seconds from a short smoke run's last line to the end of its process."""
+    with tempfile.TemporaryDirectory() as logdir:
+        run = subprocess.Popen(
+            [*TRAIN, *SHORT, f"run.logdir={logdir}"],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        done = None
+        for line in run.stderr:
+            if "INFO dreamer: done:" in line:
+                done = time.perf_counter()
+        code = run.wait(120)
+        ended = time.perf_counter()
+        assert code == 0 and done is not None, f"the short run ended with {code}"
+        return ended - done
+
+
 def spread(values: list[float]) -> dict[str, float]:
     return {
         "min": round(min(values), 3),
@@ -74,13 +95,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    figures: dict[str, list[float]] = {name: [] for name in TARGETS}
+    figures: dict[str, list[float]] = {name: [] for name in [*TARGETS, "end"]}
     for _ in range(args.repeat):
         figures["help"].append(wall([*TRAIN, "--help"], 0))
         figures["refused"].append(wall([*TRAIN, "run.steps=-5"], 2))
         transitions, update = smoke_start()
         figures["first_transitions"].append(transitions)
         figures["first_update"].append(update)
+        figures["end"].append(smoke_end())
     result = {
         "machine": cpu_model(),
         # torchrl imports mujoco and tensordict pandas where installed (~0.6 s of the
@@ -93,13 +115,15 @@ def main() -> None:
             "refused": "python -m dreamer.train run.steps=-5",
             "first_transitions": "python -m dreamer.train experiment=smoke: its under-way line",
             "first_update": "the same line",
+            "end": f"python -m dreamer.train {' '.join(SHORT)}: its done line to its exit",
         },
         "seconds": {name: spread(values) for name, values in figures.items()},
         "targets_s": TARGETS,
     }
     print(f"with {', '.join(result['installed']) or 'neither mujoco nor pandas'} installed")
     for name, values in result["seconds"].items():
-        print(f"{name:>18}: median {values['median']:.2f} s (target {TARGETS[name]} s)")
+        target = f" (target {TARGETS[name]} s)" if name in TARGETS else ""
+        print(f"{name:>18}: median {values['median']:.2f} s{target}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
 
