@@ -1,5 +1,5 @@
-"""``python -m dreamer.train [overrides]``: the command line, the env and the trackers checked (no
-torch yet: ``--help`` and a bad override answer at once), then the run
+"""``python -m dreamer.train [overrides]``: the command line, the env and the trackers
+checked (no torch yet: ``--help`` and a bad override answer at once), then the run
 (``dreamer.training.loop``) with the collector's forkserver forked from this process
 once it has imported torch and torchrl."""
 
