@@ -126,9 +126,10 @@ from omegaconf import OmegaConf
 from dreamer.agent.build import latent_sizes
 from dreamer.command_line import load
 from dreamer.data import collect
-from dreamer.data.forkserver import forkserver_preload
+from dreamer.data.forkserver import forkserver_preload, import_shared
 cfg = load(sys.argv[1:])
 env = OmegaConf.to_container(cfg.env)
+import_shared()  # what the driver imported before it forked the forkserver
 for name in forkserver_preload(cfg.env.name)[:-1]:  # not the heap's freeze
     importlib.import_module(name)
 before = {name.split(".")[0] for name in sys.modules}
@@ -145,8 +146,8 @@ print(sorted({name.split(".")[0] for name in sys.modules} - before))
 def test_an_env_worker_imports_nothing_its_forkserver_did_not(overrides):
     """A package an env worker imports after its fork is a private copy in each of the
     16 (pandas, through tensordict's ``from_any``, cost each ~31 MB; dm_control.suite's
-    scipy and lxml ~13 MB): building and stepping an env after the forkserver's preload
-    imports no new top-level package."""
+    scipy and lxml ~13 MB): building and stepping an env after the driver's shared imports
+    and the forkserver's preload imports no new top-level package."""
     done = subprocess.run(
         [sys.executable, "-c", BUILD_AND_STEP, *overrides],
         cwd=ROOT,

@@ -233,6 +233,9 @@ def _serve() -> None:
     import dreamer.evaluate  # noqa: F401
     import dreamer.train  # noqa: F401  (its OpenMP choice, before torch loads)
     import dreamer.training.loop  # noqa: F401
+    from dreamer.data.forkserver import import_shared
+
+    import_shared()  # what every run imports before it forks its forkserver
 
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # ends with the test process

@@ -22,17 +22,24 @@ COLLECT = "dreamer.data.collect"  # torchrl's collector, the env maker, the acti
 
 def forkserver_preload(env_name: str) -> list[str]:
     """What the env workers and the inference process run, imported once by their
-    forkserver, then the freeze of that heap. pandas: tensordict's ``from_any`` imports
-    it at every env worker's first steps, ~31 MB of private memory each after the fork."""
+    forkserver, then the freeze of that heap (pandas comes with the fork: ``import_shared``)."""
     kind = registry.kind(env_name)
     return [
         COLLECT,
         kind.module,
         *([kind.package] if kind.package else []),
         *([kind.preload] if kind.preload else []),
-        *(["pandas"] if importlib.util.find_spec("pandas") else []),
         "dreamer.runtime.forkserver_heap",
     ]
+
+
+def import_shared() -> None:
+    """pandas, where installed, imported once by the driver before it forks the forkserver:
+    tensordict's ``from_any`` imports it at every process's first ``spec.zero()`` (the
+    driver's env probe, each env worker's first steps), ~0.5-0.8 s of CPU each on a Zen 3
+    and ~31 MB of private memory per worker; forked, they share the driver's."""
+    if importlib.util.find_spec("pandas"):
+        import pandas  # noqa: F401
 
 
 def check_env(cfg) -> None:
@@ -47,6 +54,7 @@ def start_forkserver(cfg) -> None:
     """Start the run's forkserver, forked from this process, which has imported torch and
     torchrl (a spawned one imported them again: ~3 s of CPU per run); none where
     ``collector.envs_per_worker > 1``. It and its children die with the run."""
+    import_shared()
     if cfg.collector.envs_per_worker > 1:
         return
     # torchrl starts the evaluation's process with the global start method, which its
