@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 
 from dreamer import torchrl_compat as compat
-from dreamer.config import check_trackers, flatten
+from dreamer.config import flatten
 from dreamer.runtime.files import replace_text
 
 log = logging.getLogger(__name__)
@@ -223,8 +223,8 @@ class TrackerThread:
 
 
 def start_trackers(names, logdir: Path, logger_cfg, params: dict) -> list[TrackerThread]:
-    """A thread per tracker in ``names`` (``logger.use``) that has one here."""
-    check_trackers(names)
+    """A thread per tracker in ``names`` (``logger.use``) that has one here (their extras
+    were checked by ``dreamer.train`` before torch loaded: ``config.check_trackers``)."""
     return [
         TrackerThread(TRACKERS[name](logdir, logger_cfg[name]), logdir, params)
         for name in names
