@@ -126,11 +126,17 @@ def test_a_checkpoint_written_as_an_evaluation_starts_holds_it_in_flight(tmp_pat
 def test_a_rows_interval_ends_when_the_row_is_decided():
     """``time/wall_s`` spans the two decisions of a row, not the two moments its values
     were gathered: a first row that took longer to gather made the next row's interval
-    read shorter than ``run.log_seconds`` (a loaded suite saw 1.967 s of 2)."""
+    read shorter than ``run.log_seconds`` (a loaded suite saw 1.967 s of 2). The row's
+    ``timestamp`` is that decision's Unix time too, read in the same call: each clock is
+    bracketed by its own readings (a VM steps its Unix clock: once it moved 82 ms against
+    the monotonic one in a 16 s interval, so the two are never compared)."""
     should_log = RowClock(every=10**9, seconds=0.2, end=10**9, start=0)
     timers, walls, gather = LoopTimers(), [], [0.15, 0.0, 0.0]
     for step in itertools.count(1):
+        unix, monotonic = time.time(), time.perf_counter()
         if should_log(step):
+            assert unix <= should_log.timestamp <= time.time()
+            assert monotonic <= should_log.last[1] <= time.perf_counter()
             time.sleep(gather[len(walls)])  # its values gathered (the first takes longest)
             walls.append(timers.flush(0, should_log.last[1])["time/wall_s"])
             if len(walls) == len(gather):

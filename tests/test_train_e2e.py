@@ -325,12 +325,10 @@ def test_metrics_say_where_the_loop_time_goes(smoke_run):
             assert row["time/s_per_update"] * done == pytest.approx(row["time/wall_s"])
             assert row["time/update_s_per_update"] * done == pytest.approx(row["time/update_s"])
             assert row["time/update_s_per_update"] <= row["time/s_per_update"]
-    # each row says when its interval ended: a timeline to set beside other records
-    for previous, row in zip(rows, rows[1:]):
-        assert row["timestamp"] - previous["timestamp"] == pytest.approx(
-            row["time/wall_s"], abs=0.05
-        )
-    assert rows[-1]["timestamp"] <= time.time()
+    # each row says when its interval ended (tests/test_loop.py: the moment the row was
+    # decided); Unix time, which a VM's clock may step: not set against time/wall_s
+    stamps = [row["timestamp"] for row in rows]
+    assert all(isinstance(stamp, float) for stamp in stamps) and stamps[-1] <= time.time()
     summary = [line for line in result.stderr.splitlines() if "loop time:" in line]
     assert len(summary) == 1 and all(f"{phase} " in summary[0] for phase in phases)
 
