@@ -52,6 +52,22 @@ def cartpole_run(tmp_path_factory) -> Path:
     return logdir
 
 
+@pytest.fixture(scope="module")
+def exported_cartpole(cartpole_run, tmp_path_factory) -> tuple[Path, list[str]]:
+    """docs/policy.md's export command on the trained run (its path the one thing
+    changed), run in a folder of its own: (that folder, holding policy.pt2; the command)."""
+    text = README.read_text()
+    command = re.search(r"after `(python -m dreamer.export[^`]*)`", text, re.S)[1].split()
+    command = [arg.replace("runs/cartpole/my-run", str(cartpole_run)) for arg in command]
+    folder = tmp_path_factory.mktemp("exported")
+    exported = subprocess.run(
+        [sys.executable, *command[1:]], capture_output=True, text=True, cwd=folder, timeout=300
+    )
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    assert "exported the greedy policy" in exported.stdout
+    return folder, command
+
+
 def gym_env(kind: str, tmp_path: Path) -> gym.Env:
     if kind == "crafter":
         from dreamer.envs.crafter import CrafterEnv
@@ -173,32 +189,28 @@ def test_readme_example_runs_a_trained_cartpole_run(cartpole_run, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_export_example_runs_as_written_without_dreamer(cartpole_run, tmp_path):
-    """docs/policy.md's exported example, after the export command it names (the run's
-    path the one thing changed), in an interpreter without dreamer: it builds its inputs
-    from dreamer.json alone (the example used prev_action where the file says
-    previous_action, and gave widths where the inputs need shapes)."""
+def test_the_export_example_runs_as_written_without_dreamer(exported_cartpole, cartpole_run):
+    """docs/policy.md's exported example, after the export command it names, in an
+    interpreter without dreamer: it builds its inputs from dreamer.json alone (the
+    example used prev_action where the file says previous_action, and gave widths where
+    the inputs need shapes)."""
+    folder, command = exported_cartpole
+    assert command[:3] == ["python", "-m", "dreamer.export"] and "export.path=policy.pt2" in command
     text = README.read_text()
-    command = re.search(r"after `(python -m dreamer.export[^`]*)`", text, re.S)[1].split()
     example = re.search(r"<!-- export-example -->\n```python\n(.*?)```", text, re.S)[1]
-    command = [arg.replace("runs/cartpole/my-run", str(cartpole_run)) for arg in command]
-    exported = subprocess.run(
-        [sys.executable, *command[1:]], capture_output=True, text=True, cwd=tmp_path, timeout=300
-    )
-    assert exported.returncode == 0, exported.stderr[-3000:]
     without_dreamer = "import sys\nsys.modules['dreamer'] = None\n" + example
     result = subprocess.run(
         [sys.executable, "-I", "-c", without_dreamer],
         capture_output=True,
         text=True,
-        cwd=tmp_path,
+        cwd=folder,
         timeout=120,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     total = float(result.stdout.strip().split()[-1])
     assert total == int(total) and 1 <= total <= 500  # CartPole: +1 per step, capped at 500
     files = {"dreamer.json": ""}
-    torch.export.load(tmp_path / "policy.pt2", extra_files=files)
+    torch.export.load(folder / "policy.pt2", extra_files=files)
     meta = json.loads(files["dreamer.json"])
     sizes = [Policy.load(cartpole_run).state_size, Policy.load(cartpole_run).belief_size]
     for side in ("inputs", "outputs"):
@@ -240,25 +252,18 @@ print(tuple(program(batch, *zeros, torch.ones(3, dtype=torch.bool))[0].shape))
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["cartpole-trained", "pendulum", "minedojo"])
-def test_exported_policy_acts_as_policy_act_without_dreamer(cartpole_run, tmp_path, kind):
+def test_exported_policy_acts_as_policy_act_without_dreamer(
+    cartpole_run, exported_cartpole, tmp_path, kind
+):
+    """The trained run exported by the command line (docs/policy.md's), the untrained
+    ones in-process (faster)."""
     if kind == "cartpole-trained":
         logdir, kind = cartpole_run, "cartpole"
+        exported = exported_cartpole[0] / "policy.pt2"
     else:
-        logdir = tmp_path / "run"
+        logdir, exported = tmp_path / "run", tmp_path / "policy.pt2"
         untrained_run(logdir, kind)
-    exported = tmp_path / "policy.pt2"
-    arguments = [f"run.logdir={logdir}", f"export.path={exported}"]
-    if logdir == cartpole_run:  # the command line once; in-process for the others (faster)
-        result = subprocess.run(
-            [sys.executable, "-m", "dreamer.export", *arguments],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert result.returncode == 0, result.stderr[-3000:]
-        assert "exported the greedy policy" in result.stdout
-    else:
-        assert export_main(arguments) == 0
+        assert export_main([f"run.logdir={logdir}", f"export.path={exported}"]) == 0
     assert exported.stat().st_size > 0
     policy = Policy.load(logdir)
     env = gym_env(kind, tmp_path)
