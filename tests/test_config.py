@@ -339,19 +339,6 @@ BAD = [
 ]
 
 
-# Every command line below in a process of its own, forked from one interpreter that
-# paid the imports once (70 interpreters at once starve 2 cores past any sane timeout;
-# one after another they cost minutes)
-PRELUDE = """
-import dreamer.training.loop  # what a run imports
-from dreamer.command_line import load
-load([])  # what validation imports
-for module in ("dreamer.envs.dmc", "dreamer.envs.atari"):
-    try:
-        __import__(module)
-    except ImportError:
-        pass
-"""
 CFG_FLAGS = [["--cfg", "job"], ["--cfg=job"], ["-c", "job"]]
 EXTRAS = [("dmc", "dm_control"), ("atari", "ale_py")]
 TRACKERS = ["wandb", "mlflow"]
@@ -366,11 +353,12 @@ GOOD = [
 
 @pytest.fixture(scope="module")
 def cli_runs(tmp_path_factory):
-    """Every BAD and GOOD command line as a real process of its own: (the directory it
-    ran in, {(arguments, hidden): (stdout, stderr, exit code)})."""
+    """Every BAD and GOOD command line as a real process of its own, forked from the
+    zygote one after another (120 fresh interpreters cost minutes on 2 cores): (the
+    directory it ran in, {(arguments, hidden): (stdout, stderr, exit code)})."""
     cwd, out = tmp_path_factory.mktemp("cwd"), tmp_path_factory.mktemp("out")
     rows = [(o, []) for o, _ in BAD] + GOOD
-    done = forked_runs("dreamer.train", rows, out, cwd=cwd, prelude=PRELUDE)
+    done = forked_runs("dreamer.train", rows, out, cwd=cwd)
     results = {
         (tuple(argv), tuple(hidden)): (run.stdout, run.stderr, run.returncode)
         for (argv, hidden), run in zip(rows, done)

@@ -24,7 +24,7 @@ from dreamer.command_line import load
 from dreamer.envs.make import describe_env, env_config, make_env
 from dreamer.export import main as export_main
 from dreamer.runtime import checkpoint
-from tests.runs import forked_runs, run_trainer
+from tests.runs import forked_runs, run_module, run_trainer
 
 STANDINS = Path(__file__).resolve().parent / "standins"
 README = Path(__file__).resolve().parent.parent / "docs" / "policy.md"
@@ -332,9 +332,7 @@ def test_bad_checkpoint_paths_are_one_line_errors(tmp_path):
             "export.format: not a key of this command",
         ),
     ):
-        result = subprocess.run(
-            [sys.executable, "-m", "dreamer.export", *args], capture_output=True, text=True
-        )
+        result = run_module("dreamer.export", *args)
         assert result.returncode == 2
         assert len(result.stderr.strip().splitlines()) == 1 and named in result.stderr
 

@@ -19,6 +19,7 @@ from tests.runs import (
     flip_a_tensor_byte,
     forked_runs,
     read_metrics,
+    run_module,
     run_trainer,
 )
 
@@ -177,11 +178,7 @@ def test_damaged_checkpoint_files_are_refused_in_one_line(finished_run, tmp_path
         with pytest.raises(checkpoint.CheckpointError, match=reason) as error:
             Policy.load(path)
         assert str(path) in str(error.value) and "\n" not in str(error.value)
-    result = subprocess.run(
-        [sys.executable, "-m", "dreamer.evaluate", str(finished_run), f"eval.checkpoint={flipped}"],
-        capture_output=True,
-        text=True,
-    )
+    result = run_module("dreamer.evaluate", str(finished_run), f"eval.checkpoint={flipped}")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"error: {flipped}: damaged: its content does not match its checksum"
@@ -227,11 +224,8 @@ def test_a_checkpoint_that_would_run_code_is_refused_and_runs_nothing(finished_r
         ],
         tmp_path,
     )
-    commands = [
-        [sys.executable, "-m", "dreamer.evaluate", str(finished_run), f"eval.checkpoint={evil}"],
-        [sys.executable, "-m", "dreamer.export", str(finished_run), f"export.checkpoint={evil}"],
-    ]
-    runs += [subprocess.run(command, capture_output=True, text=True) for command in commands]
+    runs.append(run_module("dreamer.evaluate", str(finished_run), f"eval.checkpoint={evil}"))
+    runs.append(run_module("dreamer.export", str(finished_run), f"export.checkpoint={evil}"))
     for done in runs:
         errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
         assert done.returncode == 2, done.stderr[-2000:]

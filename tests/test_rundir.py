@@ -9,14 +9,12 @@ import pytest
 
 from tests.runs import can_mount_tmpfs, forked_runs, tmpfs
 
-PRELUDE = "import dreamer.training.loop"
-
 
 def refused(tmp_path: Path, logdirs: list[Path]) -> list[subprocess.CompletedProcess]:
     rows = [(["experiment=smoke", "env=cue", f"run.logdir={d}"], []) for d in logdirs]
     out = tmp_path / "out"
     out.mkdir()
-    return forked_runs("dreamer.train", rows, out, prelude=PRELUDE, timeout=300)
+    return forked_runs("dreamer.train", rows, out, timeout=300)
 
 
 def assert_one_line(run: subprocess.CompletedProcess, *words: str) -> None:

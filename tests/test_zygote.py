@@ -26,7 +26,9 @@ class Recording(type(os.environ)):
         read.add(key)
         return super().__contains__(key)
 os.environ.__class__ = Recording
-import dreamer.train, dreamer.evaluate, dreamer.training.loop
+import dreamer.train, dreamer.evaluate, dreamer.export, dreamer.training.loop
+from dreamer.command_line import load
+load([])  # the zygote's warm-up
 marks = ("DREAMER_TEST", "DREAMER_TEST_SESSION")  # the suite's own, in every copy of it
 print(json.dumps(sorted(key for key in read if key.startswith("DREAMER_") and key not in marks)))
 """
@@ -43,19 +45,25 @@ def test_the_shared_imports_read_no_dreamer_variable():
 
 
 @pytest.mark.parametrize(
-    "arguments",
+    ("module", "arguments"),
     # a named folder: a run's default folder is named by the second it starts in
-    [["--help"], ["run.steps=-5"], ["env=nope"], ["--cfg", "job", "run.logdir=runs/named"]],
-    ids=["help", "refused", "unknown-env", "cfg"],
+    [
+        ("dreamer.train", ["--help"]),
+        ("dreamer.train", ["run.steps=-5"]),
+        ("dreamer.train", ["env=nope"]),
+        ("dreamer.train", ["--cfg", "job", "run.logdir=runs/named"]),
+        ("dreamer.export", ["run.logdir=."]),
+    ],
+    ids=["help", "refused", "unknown-env", "cfg", "export-refused"],
 )
-def test_a_forked_command_answers_as_a_fresh_one(arguments, tmp_path):
+def test_a_forked_command_answers_as_a_fresh_one(module, arguments, tmp_path):
     fresh = subprocess.run(
-        [sys.executable, "-m", "dreamer.train", *arguments],
+        [sys.executable, "-m", module, *arguments],
         cwd=tmp_path,
         capture_output=True,
         text=True,
     )
-    forked = zygote.run("dreamer.train", arguments, cwd=tmp_path, timeout=60)
+    forked = zygote.run(module, arguments, cwd=tmp_path, timeout=60)
     assert (forked.returncode, forked.stdout, forked.stderr) == (
         fresh.returncode,
         fresh.stdout,
@@ -69,4 +77,4 @@ def test_a_dmc_run_or_a_foreign_variable_starts_fresh():
     assert not zygote.forkable("dreamer.train", ["env=dmc"], None)
     assert not zygote.forkable("dreamer.train", ["experiment=dmc_proprio_cpu"], None)
     assert not zygote.forkable("dreamer.train", [], {"OMP_NUM_THREADS": "7"})
-    assert not zygote.forkable("dreamer.export", [], None)
+    assert not zygote.forkable("benchmarks.chaos", [], None)  # not a command it imported

@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-COMMANDS = ("dreamer.train", "dreamer.evaluate")
+COMMANDS = ("dreamer.train", "dreamer.evaluate", "dreamer.export")
 # set DREAMER_TEST_FRESH=1 to start every run in a fresh interpreter, as before the zygote
 FRESH = os.environ.get("DREAMER_TEST_FRESH") == "1"
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36  # prctl(2)
@@ -109,13 +109,15 @@ def start(
     session: bool = False,
     ignore_usr1: bool = False,
     interruptible: bool = False,
+    hidden: Iterable[str] = (),
 ) -> Forked:
     """``python -m module arguments`` forked from the zygote, its output in ``stdout``
-    (and ``stderr``, else the same file), exit code readable once it ends."""
+    (and ``stderr``, else the same file), ``hidden`` modules as if not installed, exit
+    code readable once it ends."""
     global _zygote
     rc = stdout.with_name(stdout.name + ".rc")
     rc.unlink(missing_ok=True)
-    request = command(module, arguments, stdout, stderr, cwd, env, session, ignore_usr1)
+    request = command(module, arguments, stdout, stderr, cwd, env, session, ignore_usr1, hidden)
     request |= {"rc": str(rc), "interruptible": interruptible}
     with _lock:
         if _zygote is None or _zygote.poll() is not None:
@@ -231,11 +233,14 @@ def _serve() -> None:
     import ctypes
 
     import dreamer.evaluate  # noqa: F401
+    import dreamer.export  # noqa: F401
     import dreamer.train  # noqa: F401  (its OpenMP choice, before torch loads)
     import dreamer.training.loop  # noqa: F401
+    from dreamer.command_line import load
     from dreamer.data.forkserver import import_shared
 
     import_shared()  # what every run imports before it forks its forkserver
+    load([])  # Hydra's first composition imports and registers what every later one reuses
 
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # ends with the test process
