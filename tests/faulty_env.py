@@ -6,6 +6,7 @@ Importing this module registers ``Faulty-v0``; the trainer takes it as
 
 import os
 import time
+from pathlib import Path
 
 import gymnasium
 import numpy as np
@@ -101,14 +102,17 @@ gymnasium.register("BadData-v0", entry_point=BadDataEnv)
 class SlowStartEnv(FaultyEnv):
     """``SlowStart-v0``: takes ``delay`` seconds to make, in whichever process makes it
     (an evaluation process still starting when a run stops), and ``step_delay`` seconds
-    per step (an evaluation still running when a run stops)."""
+    per step (an evaluation still running when a run stops); ``stepped``: a file it
+    creates at its first step, the moment a test waits for."""
 
-    def __init__(self, delay: float = 0.0, step_delay: float = 0.0):
+    def __init__(self, delay: float = 0.0, step_delay: float = 0.0, stepped: str = ""):
         time.sleep(delay)
         super().__init__(fail_every=10**9)
-        self.step_delay = step_delay
+        self.step_delay, self.stepped = step_delay, stepped
 
     def step(self, action):
+        if self.stepped:
+            Path(self.stepped).touch()
         time.sleep(self.step_delay)
         return super().step(action)
 

@@ -48,18 +48,18 @@ def test_a_shutdown_during_an_evaluation_stops_it_without_a_traceback(
     cfg = load(["experiment=smoke", "env=gym", "env.id=tests.faulty_env:SlowStart-v0"])
     env = env_config(cfg.env, tmp_path)
     spaces, achievements = describe_env(env, 0)
-    env = OmegaConf.merge(env, {"kwargs": {"step_delay": 0.3}})  # 50 steps: 15 s
+    stepped = tmp_path / "stepped"  # the evaluation env's first step made it
+    env = OmegaConf.merge(env, {"kwargs": {"step_delay": 0.3, "stepped": str(stepped)}})
     agent = build_agent(cfg.model, cfg.learner, spaces)
     uncaught = []
     monkeypatch.setattr(threading, "excepthook", uncaught.append)
     runner = EvalRunner(cfg, env, spaces, achievements)
     runner.trigger(0, agent.policy)
     deadline = time.monotonic() + 120
-    while runner.process() is None or not runner.process().is_alive():
-        assert time.monotonic() < deadline, "the evaluation process never started"
-        time.sleep(0.2)
-    time.sleep(3.0)  # into its episodes
-    assert runner.pending_step == 0, "the evaluation ended before the shutdown"
+    while not stepped.exists():  # into its episodes (50 steps of 0.3 s each)
+        assert time.monotonic() < deadline, "the evaluation never stepped its env"
+        time.sleep(0.05)
+    assert runner.process().is_alive() and runner.pending_step == 0
     with caplog.at_level(logging.INFO):
         runner.shutdown()
     assert not uncaught, [f"{a.exc_type.__name__}: {a.exc_value}" for a in uncaught]
