@@ -103,7 +103,7 @@ class SlowStartEnv(FaultyEnv):
     """``SlowStart-v0``: takes ``delay`` seconds to make, in whichever process makes it
     (an evaluation process still starting when a run stops), and ``step_delay`` seconds
     per step (an evaluation still running when a run stops); ``stepped``: a file it
-    creates at its first step, the moment a test waits for."""
+    adds a byte to at each step (its first: the moment a test waits for)."""
 
     def __init__(self, delay: float = 0.0, step_delay: float = 0.0, stepped: str = ""):
         time.sleep(delay)
@@ -112,7 +112,8 @@ class SlowStartEnv(FaultyEnv):
 
     def step(self, action):
         if self.stepped:
-            Path(self.stepped).touch()
+            with Path(self.stepped).open("ab") as stepped:
+                stepped.write(b".")
         time.sleep(self.step_delay)
         return super().step(action)
 

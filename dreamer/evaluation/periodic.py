@@ -64,7 +64,7 @@ class PeriodicEvaluation:
         """At the run's end (``finished``) the evaluation in flight is waited for."""
         if finished and (result := self.runner.finish()) is not None:
             self.report(result)
-        self.runner.shutdown()
+        self.runner.shutdown(wanted=finished)
         self.pool.close()
 
     def state_dict(self) -> dict:
