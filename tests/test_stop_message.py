@@ -362,7 +362,7 @@ def test_a_metrics_row_comes_at_least_every_log_seconds(tmp_path):
         logdir,
         *QUICK,
         "run.log_every=100000000",
-        "run.log_seconds=2",
+        "run.log_seconds=1",
         UNTIL_STOPPED,
         log=tmp_path / "run.log",
     )
@@ -372,7 +372,7 @@ def test_a_metrics_row_comes_at_least_every_log_seconds(tmp_path):
     assert steps == sorted(set(steps))
     # a row waits for its log_seconds (the run's own clock); how much longer depends
     # on the burst or wait it fell into, which no bound on a loaded machine can judge
-    assert all(row["time/wall_s"] >= 2 * 0.99 for row in rows[1:]), rows
+    assert all(row["time/wall_s"] >= 0.99 for row in rows[1:]), rows
 
 
 def test_a_reset_handshake_of_the_resource_sharer_prints_nothing(monkeypatch, capsys):
