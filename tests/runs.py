@@ -282,28 +282,21 @@ def forked_runs(
     """``python -m module`` once per row (arguments, modules hidden as if not installed),
     each in a process of its own, one after another, forked from the zygote (which
     imported the commands: tests/zygote.py), or with ``prelude`` (a test's own patches,
-    which the shared zygote cannot take) from an interpreter that ran it once: dozens of
-    fresh interpreters importing torch cost minutes on 2 cores. For runs that end before
-    they build anything (a refusal): a DMC row is forked too. Their exit codes and
-    output, as ``subprocess.run`` would give them."""
-    deadline = time.monotonic() + timeout
+    which the shared zygote cannot take) from an interpreter that ran it once, writing
+    into ``out``: dozens of fresh interpreters importing torch cost minutes on 2 cores.
+    For runs that end before they build anything (a refusal): a DMC row is forked too.
+    Their exit codes and output, as ``subprocess.run`` would give them."""
     if prelude is None:
-        for i, (argv, hidden) in enumerate(rows):
-            stdout, stderr = out / f"{i}.out", out / f"{i}.err"
-            forked = zygote.start(module, argv, stdout, stderr, cwd=cwd, hidden=hidden)
-            try:
-                code = forked.wait(max(deadline - time.monotonic(), 0))
-            except subprocess.TimeoutExpired:
-                forked.kill()
-                forked.wait()
-                raise
-            (out / f"{i}.rc").write_text(str(code))
-    else:
-        subprocess.run(
-            [sys.executable, "-c", FORKED, module, str(out), json.dumps(rows), prelude, str(ROOT)],
-            cwd=cwd,
-            timeout=timeout,
-        )
+        deadline = time.monotonic() + timeout
+        return [
+            zygote.run(module, argv, cwd, max(deadline - time.monotonic(), 0), hidden)
+            for argv, hidden in rows
+        ]
+    subprocess.run(
+        [sys.executable, "-c", FORKED, module, str(out), json.dumps(rows), prelude, str(ROOT)],
+        cwd=cwd,
+        timeout=timeout,
+    )
     done = []
     for i, (argv, _) in enumerate(rows):
         rc = out / f"{i}.rc"

@@ -45,21 +45,21 @@ def test_a_stop_during_an_evaluation_ends_it_at_once_without_a_traceback(
 ):
     """A stopped run's evaluation in flight is in its checkpoint (the resumed run plays
     it again): the stop ends its process where it is, mid-episode. torchrl's worker
-    reads a close only between batches: the stop waited for ~43 more env steps here
-    (its 5 s join, then its collector's 8 s grace). torchrl's evaluator thread, blocked
-    on its worker's results, raises when that worker ends: not printed as a crash."""
+    reads a close only between batches: the stop waited ~13 s here (its 5 s join, then
+    its collector's 8 s grace). torchrl's evaluator thread, blocked on its worker's
+    results, raises when that worker ends: not printed as a crash."""
     cfg = load(["experiment=smoke", "env=gym", "env.id=tests.faulty_env:SlowStart-v0"])
     env = env_config(cfg.env, tmp_path)
     spaces, achievements = describe_env(env, 0)
     stepped = tmp_path / "stepped"  # a byte per step of the evaluation's env
-    env = OmegaConf.merge(env, {"kwargs": {"step_delay": 0.3, "stepped": str(stepped)}})
+    env = OmegaConf.merge(env, {"kwargs": {"step_delay": 1.0, "stepped": str(stepped)}})
     agent = build_agent(cfg.model, cfg.learner, spaces)
     uncaught = []
     monkeypatch.setattr(threading, "excepthook", uncaught.append)
     runner = EvalRunner(cfg, env, spaces, achievements)
     runner.trigger(0, agent.policy)
     deadline = time.monotonic() + 120
-    while not stepped.exists():  # into its episodes (50 steps of 0.3 s each)
+    while not stepped.exists():  # into its episodes (50 steps of 1 s each)
         assert time.monotonic() < deadline, "the evaluation never stepped its env"
         time.sleep(0.05)
     assert runner.process().is_alive() and runner.pending_step == 0
@@ -67,7 +67,8 @@ def test_a_stop_during_an_evaluation_ends_it_at_once_without_a_traceback(
     with caplog.at_level(logging.INFO):
         runner.shutdown(wanted=False)
     assert not runner.process().is_alive()
-    assert stepped.stat().st_size <= before + 1  # the step under way at most
+    # the step under way at most: a step began only if the kill came over 1 s late
+    assert stepped.stat().st_size <= before + 1
     assert not uncaught, [f"{a.exc_type.__name__}: {a.exc_value}" for a in uncaught]
     assert "eval at env step 0 stopped by the shutdown" in caplog.text
     assert "outlived its shutdown" not in caplog.text

@@ -286,15 +286,20 @@ def _serve() -> None:
 
 
 def run(
-    module: str, arguments: list[str], cwd: Path = ROOT, timeout: float | None = None
+    module: str,
+    arguments: list[str],
+    cwd: Path = ROOT,
+    timeout: float | None = None,
+    hidden: Iterable[str] = (),
 ) -> subprocess.CompletedProcess:
     """``subprocess.run([python, -m, module, *arguments], capture_output=True, text=True)``
-    forked from the zygote: killed past ``timeout``, as subprocess.run kills."""
+    forked from the zygote (``hidden`` modules as if not installed): killed past
+    ``timeout``, as subprocess.run kills."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="forked-") as folder:
         out, err = Path(folder, "stdout"), Path(folder, "stderr")
-        forked = start(module, arguments, out, err, cwd=cwd)
+        forked = start(module, arguments, out, err, cwd=cwd, hidden=hidden)
         try:
             code = forked.wait(timeout)
         except subprocess.TimeoutExpired:
