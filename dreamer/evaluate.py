@@ -34,12 +34,17 @@ OVERRIDABLE = (
 )
 
 
-def evaluate(logdir: Path, reports: bool = False, pool=None, **eval_overrides):
+def evaluate(
+    logdir: Path, reports: bool = False, pool=None, serve_forks: bool = False, **eval_overrides
+):
     """Greedy episodes of the run's checkpoint (``eval.*`` overrides as keywords, e.g.
     ``episodes=2``): an ``EvalResult``; with ``reports``, also writes them (queued on
-    ``pool`` where one is given; its caller closes it)."""
+    ``pool`` where one is given; its caller closes it). ``serve_forks`` (the command): the
+    evaluation and render processes fork from a forkserver forked from this process, as a
+    training run's do, instead of new interpreters importing torch again (~3 s each)."""
     # torch and torchrl: seconds; a command line that names no checkpoint is refused first
     from dreamer.agent.build import build_agent
+    from dreamer.data.forkserver import start_forkserver
     from dreamer.data.replay import SequenceReplay, action_heads
     from dreamer.envs.make import describe_env, env_config
     from dreamer.evaluation.render import RenderPool, pool_size
@@ -51,6 +56,8 @@ def evaluate(logdir: Path, reports: bool = False, pool=None, **eval_overrides):
     state = checkpoint.load(found)
     cfg = saved(logdir / "config.yaml")
     cfg.eval = OmegaConf.merge(cfg.eval, eval_overrides)
+    if serve_forks:
+        start_forkserver(cfg)
     env = env_config(cfg.env, logdir)
     spaces, achievements = describe_env(env, cfg.run.seed)
     agent = build_agent(cfg.model, cfg.learner, spaces)
@@ -88,7 +95,7 @@ def main(argv: list[str]) -> int:
         logdir = Path(values.pop("run.logdir"))
         overrides = {key.split(".", 1)[1]: value for key, value in values.items()}
         rotation.find(logdir, overrides.get("checkpoint"))  # before torch is imported
-        result = evaluate(logdir, reports=True, **overrides)
+        result = evaluate(logdir, reports=True, serve_forks=True, **overrides)
     except (ConfigError, rotation.CheckpointError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

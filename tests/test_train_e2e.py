@@ -279,7 +279,8 @@ def test_evaluate_writes_reports_for_the_latest_checkpoint(smoke_run, tmp_path):
     logdir = tmp_path / "run"
     shutil.copytree(smoke_run[0], logdir, ignore=shutil.ignore_patterns("eval"))
     arguments = ("eval.episodes=3", "eval.max_steps=40", "eval.render_workers=0")
-    result = run_module("dreamer.evaluate", f"run.logdir={logdir}", *arguments)
+    # dreamer.evaluate, and the parents of the processes it started
+    result = run_module("tests.evaluate_watched", f"run.logdir={logdir}", *arguments)
     assert result.returncode == 0, result.stderr[-3000:]
     step = checkpoint.load(checkpoint.latest(logdir))["steps"]["env_steps"]
     folder = logdir / "evaluate" / f"{step:012d}"  # beside training's eval/, not over it
@@ -291,6 +292,10 @@ def test_evaluate_writes_reports_for_the_latest_checkpoint(smoke_run, tmp_path):
     assert lines[0].endswith(" over 3 episodes")
     assert lines[1].startswith("returns per episode: ") and len(lines[1].split()) == 3 + 3
     assert lines[2] == f"reports: {folder}"
+    # the evaluation process forked from the command's forkserver (a spawned one imported
+    # torch and torchrl anew: ~3 s before its first episode), which the command forked
+    evaluation_parent, server, server_parent, command = lines[3].split()[1:]
+    assert evaluation_parent == server and server_parent == command, lines[3]
 
 
 def test_evaluate_without_a_checkpoint_exits_2(tmp_path):

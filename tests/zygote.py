@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-COMMANDS = ("dreamer.train", "dreamer.evaluate", "dreamer.export")
+COMMANDS = ("dreamer.train", "dreamer.evaluate", "dreamer.export", "tests.evaluate_watched")
 # set DREAMER_TEST_FRESH=1 to start every run in a fresh interpreter, as before the zygote
 FRESH = os.environ.get("DREAMER_TEST_FRESH") == "1"
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36  # prctl(2)
