@@ -99,7 +99,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.run is None:
             train(logdir)
         queued = Queued()
-        evaluate(logdir, reports=True, pool=queued, episodes=1, max_steps=30 if args.quick else 200)
+        # its processes (and the pools below) fork from a forkserver, as a run's do
+        max_steps = 30 if args.quick else 200
+        evaluate(
+            logdir, reports=True, pool=queued, serve_forks=True, episodes=1, max_steps=max_steps
+        )
         one = queued.jobs  # one evaluation's reports, as many times as asked
         jobs = [
             (kind, logdir / f"eval{i}" / path.relative_to(logdir), arguments)
