@@ -21,8 +21,19 @@ from PIL import Image
 from dreamer.envs.crafter import ACHIEVEMENTS
 from dreamer.outputs import metric_keys
 from dreamer.runtime import checkpoint
+from dreamer.runtime.signals import REQUEUE_EXIT
 from dreamer.train import main
-from tests.runs import QUICK, ROOT, UNTIL_STOPPED, read_metrics, run_module, run_trainer
+from tests.runs import (
+    QUICK,
+    ROOT,
+    UNTIL_STOPPED,
+    Trainer,
+    parent,
+    read_metrics,
+    run_module,
+    run_trainer,
+    wait_until,
+)
 
 LOSS_TERMS = ("loss_model_reco", "loss_model_reward", "loss_actor", "loss_value")
 
@@ -342,15 +353,26 @@ def test_metrics_say_where_the_loop_time_goes(smoke_run):
 def test_grouped_env_workers_train_with_pushes_to_a_server_thread(tmp_path):
     """``collector.envs_per_worker`` > 1: torchrl's workers are driver threads feeding an
     env pool of processes, and the policy is served from a driver thread. The run logs
-    the pool's processes (it paces those), pushes weights to the thread server and
-    reaches its steps (it crashed at its first batch: a worker thread has no pid)."""
+    the pool's processes (it paces those), which fork from the run's forkserver (spawned,
+    each imported torch and torchrl anew), pushes weights to the thread server and trains
+    (it crashed at its first batch: a worker thread has no pid)."""
     logdir = tmp_path / "run"
-    grouped = ("run.envs=4", "collector.envs_per_worker=2", "run.steps=800", "eval.every=0")
-    result = run_trainer(logdir, *QUICK, *grouped)
-    assert result.returncode == 0, result.stderr[-3000:]
-    rows = read_metrics(logdir)
-    assert rows[-1]["env_steps"] == 800 and rows[-1]["updates"] > 0
-    assert rows[-1]["policy_version"] > 1  # the pushes reached the served policy
-    assert len(re.search(r"env worker pids: ([\d ]+)", result.stderr)[1].split()) == 2
-    noise = [line for line in result.stderr.splitlines() if re.search(r"WARN|ERROR|Trace", line)]
+    grouped = ("run.envs=4", "collector.envs_per_worker=2", "eval.every=0", UNTIL_STOPPED)
+    trainer = Trainer(logdir, *QUICK, *grouped, log=tmp_path / "run.log")
+    try:
+        pool = [int(pid) for pid in trainer.wait_for(r"env worker pids: ([\d ]+)").split()]
+        servers = {parent(pid) for pid in pool}  # read while the run cannot end
+        drivers = {parent(server) for server in servers}
+        pushed = wait_until(
+            lambda: [r for r in read_metrics(logdir, live=True) if r.get("policy_version", 0) > 1],
+            "a row after a weight push",
+            running=trainer,
+        )
+    finally:
+        code = trainer.stop()
+    assert code == REQUEUE_EXIT, trainer.tail()
+    # one forkserver, forked from the driver
+    assert len(pool) == 2 and len(servers) == 1 and drivers == {trainer.pid}, (servers, drivers)
+    assert pushed[-1]["updates"] > 0  # the pushes reached the served policy
+    noise = [line for line in trainer.text().splitlines() if re.search(r"WARN|ERROR|Trace", line)]
     assert not noise, noise

@@ -123,12 +123,9 @@ def make_collector(
     grouped = collector["envs_per_worker"] > 1
 
     def child(make, *args):
-        """A factory torchrl calls in the process it starts (ungrouped: a forkserver's)."""
-        return (
-            functools.partial(make, *args)
-            if grouped
-            else functools.partial(forked_child, make, *args)
-        )
+        """A factory torchrl calls in the process it starts (a forkserver's child), or
+        in this one (grouped workers' policy: a thread of the driver)."""
+        return functools.partial(forked_child, make, *args)
 
     latent = latent_sizes(model)
     env_fns = [child(make_env, env, env_seed, latent) for env_seed in env_seeds(seed, rank, envs)]

@@ -52,11 +52,9 @@ def check_env(cfg) -> None:
 
 def start_forkserver(cfg) -> None:
     """Start the run's forkserver, forked from this process, which has imported torch and
-    torchrl (a spawned one imported them again: ~3 s of CPU per run); none where
-    ``collector.envs_per_worker > 1``. It and its children die with the run."""
+    torchrl (a spawned one imported them again: ~3 s of CPU per run). It and its children
+    die with the run."""
     import_shared()
-    if cfg.collector.envs_per_worker > 1:
-        return
     # torchrl starts the evaluation's process with the global start method, which its
     # import set to spawn (torch imported anew, ~3 s); fork's copy outlived a killed driver
     multiprocessing.set_start_method("forkserver", force=True)
