@@ -144,12 +144,13 @@ def test_a_runs_env_makes_its_first_world_at_the_collectors_reset_from_its_seed(
     from omegaconf import OmegaConf
 
     from dreamer.command_line import load
+    from dreamer.envs import crafter_worldgen
     from dreamer.envs.make import make_env
 
     worlds = []
-    generate = crafter.worldgen.generate_world
+    generate = crafter_worldgen.generate_world
     monkeypatch.setattr(
-        crafter.env.worldgen, "generate_world", lambda *a: worlds.append(a) or generate(*a)
+        crafter_worldgen, "generate_world", lambda *a: worlds.append(a) or generate(*a)
     )
     env = OmegaConf.to_container(load(["env=crafter"], check=False).env)
 

@@ -15,6 +15,8 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
+from dreamer.envs import crafter_worldgen
+
 ACHIEVEMENTS: tuple[str, ...] = tuple(sorted(crafter.constants.achievements))
 ACTIONS: tuple[str, ...] = tuple(crafter.constants.actions)
 
@@ -38,6 +40,24 @@ class OrderedWorld(crafter.engine.World):
         self._chunks = collections.defaultdict(InOrder)
 
 
+class FastWorldgenEnv(crafter.Env):
+    """crafter 1.8's ``Env.reset``, line for line, with the vectorized world generation
+    (``crafter_worldgen.generate_world``): the same world and RNG state, ~3x sooner."""
+
+    def reset(self):
+        center = (self._world.area[0] // 2, self._world.area[1] // 2)
+        self._episode += 1
+        self._step = 0
+        self._world.reset(seed=hash((self._seed, self._episode)) % (2**31 - 1))
+        self._update_time()
+        self._player = crafter.objects.Player(self._world, center)
+        self._last_health = self._player.health
+        self._world.add(self._player)
+        self._unlocked = set()
+        crafter_worldgen.generate_world(self._world, self._player)
+        return self._obs()
+
+
 class CrafterEnv(gymnasium.Env):
     """Crafter with the gymnasium 5-tuple API and a ``(size, size, 3)`` uint8 observation."""
 
@@ -58,7 +78,7 @@ class CrafterEnv(gymnasium.Env):
 
     def _make_inner(self, seed: int) -> crafter.Env:
         # Crafter checks ``self._length and step >= length``, so length=0 disables the limit.
-        env = crafter.Env(size=(self._size, self._size), length=self._length, seed=seed)
+        env = FastWorldgenEnv(size=(self._size, self._size), length=self._length, seed=seed)
         env._world.__class__ = OrderedWorld  # its resets from here on: no world made yet
         return env
 
