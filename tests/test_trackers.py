@@ -55,6 +55,9 @@ def start_mlflow_server(store: Path) -> tuple[str, subprocess.Popen]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        # without its job runner (huey consumers for MLflow's own GenAI jobs, ~28 CPU-s
+        # over these tests): a training run's tracking never asks the server for jobs
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
     )
     leaks.keep(server.pid)  # shared by this file's tests (tests/leaks.py)
     uri = f"http://127.0.0.1:{port}"
