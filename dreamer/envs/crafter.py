@@ -15,7 +15,7 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from dreamer.envs import crafter_worldgen
+from dreamer.envs import crafter_view, crafter_worldgen
 
 ACHIEVEMENTS: tuple[str, ...] = tuple(sorted(crafter.constants.achievements))
 ACTIONS: tuple[str, ...] = tuple(crafter.constants.actions)
@@ -79,6 +79,10 @@ class CrafterEnv(gymnasium.Env):
     def _make_inner(self, seed: int) -> crafter.Env:
         # Crafter checks ``self._length and step >= length``, so length=0 disables the limit.
         env = FastWorldgenEnv(size=(self._size, self._size), length=self._length, seed=seed)
+        # crafter's LocalView takes half of a step; ours draws the same canvas from the
+        # world's maps (the same world object, whose class is swapped below)
+        stock = env._local_view
+        env._local_view = crafter_view.LocalView(stock._world, stock._textures, stock._grid)
         env._world.__class__ = OrderedWorld  # its resets from here on: no world made yet
         return env
 
