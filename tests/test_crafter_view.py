@@ -1,5 +1,6 @@
-"""The fast Crafter local view (``dreamer.envs.crafter_view``) against crafter's own: the same
-observations, canvases and RNG state over random play, walks to the world's corners and to
+"""The fast Crafter local view and the item view that keeps its last canvas
+(``dreamer.envs.crafter_view``) against crafter's own: the same observations, canvases and
+RNG state over random play (the inventory changing), walks to the world's corners and to
 skeletons, at day, at night and asleep (CPU, ~15 s)."""
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ def _reset_pair(seed: int) -> tuple[crafter.Env, crafter.Env]:
     ours, theirs = CrafterEnv(seed=seed)._env, _reference(seed)
     view = ours._local_view
     assert type(view) is crafter_view.LocalView and type(theirs._local_view) is engine.LocalView
+    assert type(ours._item_view) is crafter_view.ItemView
+    assert type(theirs._item_view) is engine.ItemView
     assert view._world is ours._world and type(ours._world) is OrderedWorld
     np.testing.assert_array_equal(view._grid, theirs._local_view._grid)
     np.testing.assert_array_equal(ours.reset(), theirs.reset(), err_msg=f"seed {seed}, reset")
@@ -90,6 +93,9 @@ class Coverage(collections.Counter):
 
     def record(self, env: crafter.Env) -> None:
         world, player = env._world, env._player
+        inventory = dict(player.inventory)
+        self["inventory changes"] += inventory != self.__dict__.get("inventory", inventory)
+        self.__dict__["inventory"] = inventory
         view = env._local_view
         corner = player.pos - view._offset
         self["night"] += world.daylight < 0.5
@@ -175,6 +181,7 @@ def test_random_play_draws_crafters_frames() -> None:
         _assert_same_rng(ours, theirs)
     assert coverage["night"] > 0 and coverage["sleeping"] > 0, coverage
     assert coverage["episode ends"] > 0, coverage
+    assert coverage["inventory changes"] > 10, coverage  # the item view draws them anew
     assert coverage["Cow"] > 0 and coverage["Zombie"] > 0 and coverage["Plant"] > 0, coverage
 
 

@@ -80,9 +80,11 @@ class CrafterEnv(gymnasium.Env):
         # Crafter checks ``self._length and step >= length``, so length=0 disables the limit.
         env = FastWorldgenEnv(size=(self._size, self._size), length=self._length, seed=seed)
         # crafter's LocalView takes half of a step; ours draws the same canvas from the
-        # world's maps (the same world object, whose class is swapped below)
+        # world's maps (the same world object, whose class is swapped below); its ItemView
+        # drew the same inventory again at every step
         stock = env._local_view
         env._local_view = crafter_view.LocalView(stock._world, stock._textures, stock._grid)
+        env._item_view = crafter_view.ItemView(env._item_view._textures, env._item_view._grid)
         env._world.__class__ = OrderedWorld  # its resets from here on: no world made yet
         return env
 

@@ -77,3 +77,21 @@ class LocalView(engine.LocalView):
             cell = obj.pos - self._center + self._offset
             texture = self._textures.get(obj.texture, self._unit)
             engine._draw_alpha(canvas, cell * self._unit, texture)
+
+
+class ItemView(engine.ItemView):
+    """``crafter.engine.ItemView`` keeping its last canvas: the inventory changes on few
+    steps, and drawing it took ~0.3 ms of each. The canvas is read-only (crafter's
+    ``render`` copies it into the frame)."""
+
+    def __init__(self, textures, grid) -> None:
+        super().__init__(textures, grid)
+        self._last: tuple[tuple, np.ndarray] | None = None
+
+    def __call__(self, inventory, unit):
+        key = tuple(inventory.items()), tuple(np.asarray(unit).tolist())
+        if self._last is None or self._last[0] != key:
+            canvas = super().__call__(inventory, unit)
+            canvas.flags.writeable = False
+            self._last = key, canvas
+        return self._last[1]
