@@ -42,9 +42,15 @@ def evaluate(
     ``pool`` where one is given; its caller closes it). ``serve_forks`` (the command): the
     evaluation and render processes fork from a forkserver forked from this process, as a
     training run's do, instead of new interpreters importing torch again (~3 s each)."""
+    from dreamer.data.forkserver import check_env, start_forkserver
+
+    found = rotation.find(logdir, eval_overrides.get("checkpoint"))
+    cfg = saved(logdir / "config.yaml")
+    cfg.eval = OmegaConf.merge(cfg.eval, eval_overrides)
+    if serve_forks:  # before torch: what the forkserver inherits (DMC's MUJOCO_GL)
+        check_env(cfg)
     # torch and torchrl: seconds; a command line that names no checkpoint is refused first
     from dreamer.agent.build import build_agent
-    from dreamer.data.forkserver import start_forkserver
     from dreamer.data.replay import SequenceReplay, action_heads
     from dreamer.envs.make import describe_env, env_config
     from dreamer.evaluation.render import RenderPool, pool_size
@@ -52,10 +58,7 @@ def evaluate(
     from dreamer.evaluation.runner import EvalRunner
     from dreamer.runtime import checkpoint
 
-    found = rotation.find(logdir, eval_overrides.get("checkpoint"))
     state = checkpoint.load(found)
-    cfg = saved(logdir / "config.yaml")
-    cfg.eval = OmegaConf.merge(cfg.eval, eval_overrides)
     if serve_forks:
         start_forkserver(cfg)
     env = env_config(cfg.env, logdir)

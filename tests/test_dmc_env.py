@@ -1,6 +1,7 @@
 """env=dmc: dm_control suite tasks, checked against dm_control's own environment."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -189,6 +190,19 @@ def test_smoke_run(tmp_path, obs):
     assert bool(convs) == (obs == "vision"), convs
     assert all(torch.isfinite(torch.tensor(rows[-1][k])) for k in rows[-1] if "loss" in k)
     assert [key for row in rows for key in row if not metric_keys.documented(key)] == []
+    if obs == "vision":  # evaluated by the command as a user starts it, MUJOCO_GL unset:
+        # its forkserver's children render only if it chose the renderer before forking it
+        arguments = ("eval.episodes=1", "eval.max_steps=20", "eval.render_workers=0")
+        evaluated = subprocess.run(
+            [sys.executable, "-m", "dreamer.evaluate", f"run.logdir={logdir}", *arguments],
+            cwd=ROOT,
+            env={k: v for k, v in os.environ.items() if k != "MUJOCO_GL"},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+        assert (logdir / "evaluate" / "000000000128" / "episode.mp4").exists()
 
 
 @pytest.mark.slow
