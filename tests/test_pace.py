@@ -184,35 +184,44 @@ def test_a_stopped_collector_process_outlives_the_hangup_of_its_orphaned_group(t
     """A launcher that backgrounds the run and exits orphans the run's process group;
     with a member stopped, the kernel hangs the group up (SIGHUP, then SIGCONT), and
     pace=stop holds the collector stopped most of the time: its stopped processes died
-    of it and the run replaced its collector. Here the test stops one env worker itself
-    (the pace leaves it stopped), so the hangup is certain to come."""
+    of it and the run replaced its collector. Here the test stops one env worker itself,
+    and a sleeping member of the group the run does not know: the pace may have stopped
+    the worker a moment before the test did, and then continued it before the group was
+    orphaned (no hangup came once, on a fresh clone's suite); the sleeper stays stopped,
+    so the hangup is certain to come."""
     log, pidfile, release = tmp_path / "log", tmp_path / "pid", tmp_path / "release"
+    sleeper_file = tmp_path / "sleeper"
     command = shlex.join(trainer_command(tmp_path / "run", *QUICK, UNTIL_STOPPED))
     # set -m: the subshell is a job, a process group of its own in the session, and the
-    # trainer its member; the subshell's exit orphans that group
+    # trainer and the sleeper its members; the subshell's exit orphans that group
     script = (
         f"set -m; ( {command} > {log} 2>&1 & echo $! > {pidfile}; "
+        f"sleep 600 & echo $! > {sleeper_file}; "
         f"until [ -e {release} ]; do sleep 0.01; done ); exec sleep 600"
     )
     session = subprocess.Popen(["bash", "-c", script], cwd=ROOT, start_new_session=True)
     tree: set[int] = set()
     try:
-        until(pidfile.exists, timeout=30)
+        until(lambda: pidfile.exists() and sleeper_file.exists(), timeout=30)
         driver = int(pidfile.read_text())
+        sleeper = int(sleeper_file.read_text())
         # (the backgrounded child opens the log itself: after the pid is written, at times)
         until(lambda: log.exists() and "inference server pid:" in log.read_text(), timeout=300)
         worker = int(re.search(r"env worker pids: (\d+)", log.read_text())[1])
-        tree = descendants(driver)
+        tree = descendants(driver) | {sleeper}
+        assert os.getpgid(sleeper) == os.getpgid(driver) == os.getpgid(worker)
+        os.kill(sleeper, signal.SIGSTOP)
         os.kill(worker, signal.SIGSTOP)
-        until(lambda: collect.stopped(worker))
+        until(lambda: collect.stopped(sleeper) and collect.stopped(worker))
         switched = context_switches(worker)  # a stopped process switches no more
         launcher = parent(driver)
         release.touch()
         until(lambda: parent(driver) != launcher)  # the subshell is gone
-        # the hangup came (its SIGHUP blocked, pending) and its SIGCONT woke the worker: it
-        # ran since, though the pace may stop it again for a burst (a poll of its state
-        # missed every short run between bursts once, on a loaded CI machine)
+        # the hangup came (the worker's SIGHUP blocked, pending; the sleeper died of its own)
+        # and SIGCONT woke the worker: it ran since, though the pace may stop it again for a
+        # burst (a poll of its state missed every short run between bursts once)
         until(lambda: not alive(worker) or signal_mask(worker, "ShdPnd") & HANGUP)
+        until(lambda: not alive(sleeper))
         assert alive(worker), log.read_text()[-3000:]
         until(lambda: context_switches(worker) > switched)
         rows = len(read_metrics(tmp_path / "run", live=True))
