@@ -121,14 +121,13 @@ def make_collector(
     """``env``, ``model``, ``collector``: config nodes; ``sample``: ``probe_env``'s; ``policy``:
     this process's acting one; ``rank`` picks env seeds, ``gpu`` static-batch inference's."""
     grouped = collector["envs_per_worker"] > 1
-
-    def child(make, *args):
-        """A factory torchrl calls in the process it starts (a forkserver's child), or
-        in this one (grouped workers' policy: a thread of the driver)."""
-        return functools.partial(forked_child, make, *args)
-
     latent = latent_sizes(model)
-    env_fns = [child(make_env, env, env_seed, latent) for env_seed in env_seeds(seed, rank, envs)]
+    # factories torchrl calls in the processes it starts (a forkserver's children), or in this
+    # one (grouped workers' policy: a thread of the driver)
+    env_fns = [
+        functools.partial(forked_child, make_env, env, env_seed, latent)
+        for env_seed in env_seeds(seed, rank, envs)
+    ]
     inference = collector["inference"]
     max_batch = inference["max_batch"] or envs
     static = max_batch if inference["static_batch"] else None
@@ -136,8 +135,8 @@ def make_collector(
     transport = None if grouped else slot_transport(sample, policy, envs)
     result = AsyncBatchedCollector(
         env_fns,
-        policy_factory=child(
-            build_policy, model, spaces, seed, collector["threads"], policy_device
+        policy_factory=functools.partial(
+            forked_child, build_policy, model, spaces, seed, collector["threads"], policy_device
         ),
         frames_per_batch=collector["chunk"] * envs,
         total_frames=total,

@@ -112,7 +112,7 @@ def _two_steps(c: int, squish_first: bool) -> Vertex:
     return tuple(step if axis == double else (0, 2, 0) for axis in range(3))
 
 
-# EXTRAS[key]: the two extra vertices; keys 0-15 near the origin (8 * closest + c), 16-31
+# EXTRAS[..., key]: the two extra vertices; keys 0-15 near the origin (8 * closest + c), 16-31
 # near the far corner (the same, plus 16), 32-287 in the octahedron (32 + 8 * a + b, plus
 # 64 if a is on the far side and 128 if b is).
 def _extras_table() -> np.ndarray:
@@ -125,8 +125,8 @@ def _extras_table() -> np.ndarray:
     return table
 
 
-EXTRAS = _extras_table()
-EXTRAS_BY_KEY = np.ascontiguousarray(np.moveaxis(EXTRAS, 0, -1))  # (2, 3, 3, key): gathers rows
+# laid out (2, 3, 3, key): one gather by every point's key picks its two vertices
+EXTRAS = np.ascontiguousarray(np.moveaxis(_extras_table(), 0, -1))
 
 
 class _Cell:
@@ -152,7 +152,7 @@ def _pick(mask: np.ndarray, a, b) -> np.ndarray:
 
 
 def _extras_key(cell: _Cell) -> np.ndarray:
-    """Each point's row of EXTRAS: the branch noise3d takes for its two extra vertices."""
+    """Each point's key into EXTRAS: the branch noise3d takes for its two extra vertices."""
     return _pick(
         cell.near_origin,
         _extras_key_near_origin(cell),
@@ -240,7 +240,7 @@ def noise3(perm: np.ndarray, grad_index: np.ndarray, x: np.ndarray, y: np.ndarra
     for corner in CORNERS:
         adds = np.logical_or.reduce([mask for mask, corners in regions if corner in corners])
         value = value + adds * _contribution(tables, cell, _corner(corner))
-    for vertex in np.take(EXTRAS_BY_KEY, _extras_key(cell), axis=-1):
+    for vertex in np.take(EXTRAS, _extras_key(cell), axis=-1):
         value = value + _contribution(tables, cell, vertex)
     return value / NORM_CONSTANT_3D
 
