@@ -36,6 +36,7 @@ from benchmarks.procs import cpu_model  # noqa: E402
 from dreamer.agent.build import latent_sizes  # noqa: E402
 from dreamer.command_line import load  # noqa: E402
 from dreamer.data.collect import build_policy, env_seeds, make_collector  # noqa: E402
+from dreamer.data.forkserver import start_forkserver  # noqa: E402
 from dreamer.envs.make import make_env, probe_env  # noqa: E402
 from dreamer.runtime.cores import usable_cores  # noqa: E402
 
@@ -97,6 +98,9 @@ class Setup:
             collector.shutdown()
 
     def asynchronous(self, chunk: int, seconds: float, warmup: float) -> float:
+        # its processes forked from this one, as the trainer's (a spawned forkserver
+        # imported torch and torchrl anew: ~4 s of CPU); a no-op once one serves
+        start_forkserver(self.cfg)
         collector_cfg = OmegaConf.to_container(self.cfg.collector) | {"chunk": chunk}
         collector = make_collector(
             env=self.env, model=self.model, spaces=self.spaces, sample=self.sample,

@@ -28,6 +28,7 @@ def test_kills_and_storage_faults_in_one_run_lose_nothing(tmp_path):
     result_path = tmp_path / "chaos.json"
     command = [sys.executable, "benchmarks/chaos.py", "--kills", str(len(kinds)), "--seed", "3"]
     command += ["--kinds", *kinds] + (["--storage"] if storage else [])
+    command += ["--forked"]  # its reruns forked from a zygote, as the suite's other runs
     # recoveries on two cores shared with the other test worker: up to 10 minutes each
     command += ["--timeout", "600", "--json", str(result_path)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=2400)
