@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,22 +82,18 @@ class HarnessFailed(RuntimeError):
     """The harness could not do what it promised (the run may be fine)."""
 
 
+def popen(command: list[str], log: Path) -> subprocess.Popen:
+    """The command as a process of its own, its output in ``log``."""
+    return subprocess.Popen(command, cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+
 class Attempt:
-    """One run of the command; its output goes to its own log file. ``forked``: the run is
-    forked from an interpreter that imported the trainer once (tests/zygote.py, as the
-    suite starts its runs): ~4 s of CPU less per rerun than a fresh ``python -m``."""
+    """One run of the command, started by ``start`` (``popen``; the suite forks its runs
+    from an interpreter that imported the trainer); its output goes to its own log file."""
 
-    def __init__(self, command: list[str], log: Path, forked: bool = False):
+    def __init__(self, command: list[str], log: Path, start: Callable = popen):
         self.log = log
-        if forked:
-            from tests import zygote
-
-            log.write_text("")
-            self.process = zygote.start(command[2], command[3:], log)
-            return
-        self.process = subprocess.Popen(
-            command, cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT
-        )
+        self.process = start(command, log)
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -240,7 +237,7 @@ def storage_fault(kind: str, attempt: Attempt, logdir: Path, ranks: int, timeout
     return rf"skipped {re.escape(newest.name)} .*resuming from"
 
 
-def chaos(args: argparse.Namespace) -> dict:
+def chaos(args: argparse.Namespace, start: Callable = popen) -> dict:
     rng = random.Random(args.seed)
     workdir = Path(tempfile.mkdtemp(prefix="chaos-"))
     logdir = Path(option(args.overrides, "run.logdir", str(workdir / "run")))
@@ -261,7 +258,7 @@ def chaos(args: argparse.Namespace) -> dict:
     seen: set[int] = set()
     failure = harness_failure = None
     started = time.monotonic()
-    attempts = [Attempt(command, workdir / "attempt0.log", args.forked)]
+    attempts = [Attempt(command, workdir / "attempt0.log", start)]
     print(" ".join(command), flush=True)
     try:
         attempts[-1].wait_for(STARTED, 1, args.timeout)
@@ -295,9 +292,7 @@ def chaos(args: argparse.Namespace) -> dict:
                 print(f"{time.monotonic() - started:7.1f} s: {kind}", flush=True)
                 expected = storage_fault(kind, attempt, logdir, args.ranks, args.timeout)
                 kills[kind] += 1
-                attempts.append(
-                    Attempt(command, workdir / f"attempt{len(attempts)}.log", args.forked)
-                )
+                attempts.append(Attempt(command, workdir / f"attempt{len(attempts)}.log", start))
                 attempts[-1].wait_for(expected, 1, args.timeout)
                 attempts[-1].wait_for(STARTED, 1, args.timeout)
                 continue
@@ -318,9 +313,7 @@ def chaos(args: argparse.Namespace) -> dict:
                     attempt.process.wait(120)
                 except subprocess.TimeoutExpired:
                     raise ChaosFailed("the run did not exit after its driver was killed") from None
-                attempts.append(
-                    Attempt(command, workdir / f"attempt{len(attempts)}.log", args.forked)
-                )
+                attempts.append(Attempt(command, workdir / f"attempt{len(attempts)}.log", start))
                 attempts[-1].wait_for(STARTED, 1, args.timeout)
                 continue
             attempt.wait_for(RECOVERED[kind], before[kind] + 1, args.timeout)
@@ -331,7 +324,7 @@ def chaos(args: argparse.Namespace) -> dict:
         stopped_at = checkpoint.load(checkpoint.latest(logdir))["steps"]["env_steps"]
         steps = max(args.steps, stopped_at + FINISH)
         final = [*command[:-1], f"run.steps={steps}"]
-        attempts.append(Attempt(final, workdir / f"attempt{len(attempts)}.log", args.forked))
+        attempts.append(Attempt(final, workdir / f"attempt{len(attempts)}.log", start))
         while attempts[-1].process.poll() is None:
             seen |= descendants(attempts[-1].process.pid)
             time.sleep(0.2)
@@ -416,7 +409,8 @@ def chaos(args: argparse.Namespace) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, start: Callable = popen) -> int:
+    """``start``: how each attempt's command starts (``popen``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--replay", choices=("memory", "disk"), default="memory")
@@ -428,18 +422,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kinds", nargs="+", choices=(*KINDS, *STORAGE), help="draw only these")
     parser.add_argument("--interval", type=float, nargs=2, default=(2.0, 6.0))
     parser.add_argument("--timeout", type=float, default=300, help="s to wait for a recovery")
-    parser.add_argument(
-        "--forked", action="store_true", help="runs forked from a zygote (one rank): the suite's"
-    )
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv)
-    if args.forked and args.ranks > 1:
-        parser.error("--forked: one rank only (torchrun starts its ranks)")
     if args.kinds and set(args.kinds) & set(STORAGE) and not args.storage:
         parser.error("--kinds: disk_full and corrupt_checkpoint need --storage")
     if args.steps is None:
         args.steps = 250 * args.kills + 1000
-    result = chaos(args)
+    result = chaos(args, start)
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:
