@@ -41,10 +41,12 @@ LOSS_TERMS = ("loss_model_reco", "loss_model_reward", "loss_actor", "loss_value"
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     """``make smoke``'s run on Crafter (``python -m dreamer.train experiment=smoke``), at
-    under a third of its length: two evaluations, ~140 updates, a few random-policy
-    episodes (~120-230 steps each, 320 steps per env)."""
+    under a third of its length and half its train ratio (its updates are most of its
+    CPU): two evaluations, ~70 updates, a few random-policy episodes (~120-230 steps
+    each, 320 steps per env)."""
     logdir = tmp_path_factory.mktemp("smoke") / "run"
-    result = run_trainer(logdir, "experiment=smoke", "run.steps=640", "eval.every=320")
+    overrides = ("run.steps=640", "run.train_ratio=8", "eval.every=320")
+    result = run_trainer(logdir, "experiment=smoke", *overrides)
     assert result.returncode == 0, result.stderr[-4000:]
     return logdir, result
 
