@@ -48,14 +48,15 @@ def same_draws():
         torch.rand, torch.multinomial = saved
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """Without torchrun (no ``RANK``): one process, no process group."""
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
     parser.add_argument("--batch", type=int, required=True, help="rows per rank")
     parser.add_argument("--updates", type=int, required=True)
     parser.add_argument("--same-draws", action="store_true")
     parser.add_argument("--device", default="cpu", help="cpu (gloo) or cuda (NCCL, a GPU a rank)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     world = World.from_environment()
     cfg = load(["experiment=smoke", "env=cartpole"])
     batches = []
