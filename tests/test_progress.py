@@ -119,14 +119,14 @@ def test_the_eta_is_unknown_until_the_loop_has_timed_its_updates_then_their_mean
 
 @pytest.mark.slow
 def test_a_runs_bar_shows_the_loops_eta_and_counts_every_update_to_its_end(tmp_path):
-    """A learner-bound run (cartpole, 8 updates per env step): the speed note comes with
+    """A learner-bound run (cartpole, 4 updates per env step): the speed note comes with
     the run's first updates, the bar shows an ETA from the loop's second update on, and
     its last redraw shows every update the run made, with nothing left (the bar counted
-    updates from ``train_starts``, 480, where the schedule made 289). What the ETA is at
+    updates from ``train_starts``, 240, where the schedule made 145). What the ETA is at
     each redraw is the unit test's above, on a clock it controls: here two wall times
     taken at different moments would judge it, on a loaded machine."""
     overrides = ("experiment=smoke", "env=cartpole", "run.train_starts=200", "run.steps=260")
-    overrides += ("run.train_ratio=512", "eval.every=0")
+    overrides += ("run.train_ratio=256", "eval.every=0")
     result = run_trainer(tmp_path / "run", *overrides, timeout=300, progress=True)
     assert result.returncode == 0, result.stderr[-3000:]
     screen = result.stderr.replace("\r", "\n")
