@@ -22,6 +22,7 @@ def test_failing_envs_and_a_killed_worker_do_not_end_the_run(tmp_path):
         *FAULTY,
         UNTIL_STOPPED,
         "run.train_ratio=4",  # few updates: this test is about collection
+        "eval.every=0",  # its stop came as smoke's evaluation at 1,000 started (a 2-min stall)
         "run.train_starts=200",
         "run.log_every=100",
         log=tmp_path / "run.log",
