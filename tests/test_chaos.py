@@ -19,6 +19,7 @@ from tests.runs import can_mount_tmpfs
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import chaos  # noqa: E402
+from chaos import check_rows, judged_end, stopped_for_a_full_disk  # noqa: E402
 
 
 def forked(command: list[str], log: Path):
@@ -52,7 +53,6 @@ def test_kills_and_storage_faults_in_one_run_lose_nothing(tmp_path):
 
 
 def test_an_evaluation_the_run_skipped_with_a_line_is_not_missing():
-    check_rows = chaos.check_rows
     train = [{"env_steps": step} for step in range(100, 1601, 100)]
     evals = [{"env_steps": step, "eval/return": 1.0} for step in (512, 1504)]
     assert check_rows(train + evals, 1600, 100, 500) == (0, 1)  # due at 1,000: no row
@@ -63,7 +63,6 @@ def test_an_evaluation_the_run_skipped_with_a_line_is_not_missing():
 def test_a_full_disk_may_stop_the_run_at_its_checkpoints_or_at_its_outputs():
     """A fast run saves several times (``run.save_every=1``) before its next metrics row:
     the checkpoint writes fail first and stop it, with their own line."""
-    stopped_for_a_full_disk = chaos.stopped_for_a_full_disk
     saves = "error: 3 checkpoint writes in a row failed (last: ...); a rerun resumes from x"
     output = "error: /tmp/run/tensorboard: No space left on device"
     assert stopped_for_a_full_disk(1, f"log\n{saves}\n")
@@ -76,7 +75,6 @@ def test_a_full_disk_may_stop_the_run_at_its_checkpoints_or_at_its_outputs():
 def test_rows_of_a_run_a_failure_stopped_early_are_not_duplicates():
     """With no step limit the run goes on past ``--steps`` until a failure stops the
     harness: its rows there are one per interval, not many final rows."""
-    check_rows, judged_end = chaos.check_rows, chaos.judged_end
     rows = [{"env_steps": step} for step in range(100, 4801, 100)]
     end = judged_end(2750, finished=False, rows=rows)
     assert end == 4800

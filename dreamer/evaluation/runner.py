@@ -284,13 +284,13 @@ class EvalRunner:
         # an ended process leaves nothing to build, and torchrl's (daemon) thread may wait on
         # it for good: a weight acknowledgement from a process killed before it sent one (the
         # join below then waited its whole 120 s)
-        built = process is not None and process.exitcode is not None
+        ended = process is not None and process.exitcode is not None
         thread = compat.evaluator_thread(self.evaluator)
         with _quiet_end_of(thread, self.pending_step):
             self.evaluator.shutdown()
             # a trigger just before may still be building the process in torchrl's thread,
             # which the shutdown waits only 5 s for: wait, then close what it built
-            if thread is not None and thread.ident is not None and not built:
+            if thread is not None and thread.ident is not None and not ended:
                 thread.join(BUILD_TIMEOUT)  # woken by the shutdown: long only while building
                 self.evaluator.shutdown()  # a no-op where the first one closed it
         process = process or self.process()
