@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import InteractionType
@@ -151,6 +153,29 @@ def evaluator_collector(evaluator):
 
 def evaluator_thread(evaluator):
     return getattr(evaluator._backend, "_thread", None)
+
+
+def _frames(thread):
+    frame = sys._current_frames().get(thread.ident) if thread is not None else None
+    while frame is not None:
+        yield frame
+        frame = frame.f_back
+
+
+def evaluator_processes_being_started(evaluator) -> list:
+    """The processes of the collector torchrl's evaluator thread is still building: its
+    ``MultiCollector.__init__`` holds them until the process has made its env and policy
+    (minutes for a slow env), and only then does the evaluator keep the collector."""
+    for frame in _frames(evaluator_thread(evaluator)):
+        if frame.f_code.co_name == "_run_processes":
+            return list(getattr(frame.f_locals.get("self"), "procs", []))
+    return []
+
+
+def waits_for_weight_acknowledgement(thread) -> bool:
+    """Is ``thread`` in a weight sync scheme's wait for its receivers' acknowledgement
+    (``_wait_for_ack``: no timeout, whether or not the receiver is alive)?"""
+    return any(frame.f_code.co_name == "_wait_for_ack" for frame in _frames(thread))
 
 
 # -- storage

@@ -103,9 +103,14 @@ class SlowStartEnv(FaultyEnv):
     """``SlowStart-v0``: takes ``delay`` seconds to make, in whichever process makes it
     (an evaluation process still starting when a run stops), and ``step_delay`` seconds
     per step (an evaluation still running when a run stops); ``stepped``: a file it
-    adds a byte to at each step (its first: the moment a test waits for)."""
+    adds a byte to at each step (its first: the moment a test waits for); ``making``: a
+    file it creates as its making begins (the moment a process is inside its start)."""
 
-    def __init__(self, delay: float = 0.0, step_delay: float = 0.0, stepped: str = ""):
+    def __init__(
+        self, delay: float = 0.0, step_delay: float = 0.0, stepped: str = "", making: str = ""
+    ):
+        if making:
+            Path(making).touch()
         time.sleep(delay)
         super().__init__(fail_every=10**9)
         self.step_delay, self.stepped = step_delay, stepped

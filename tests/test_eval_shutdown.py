@@ -72,3 +72,38 @@ def test_a_stop_during_an_evaluation_ends_it_at_once_without_a_traceback(
     assert not uncaught, [f"{a.exc_type.__name__}: {a.exc_value}" for a in uncaught]
     assert "eval at env step 0 stopped by the shutdown" in caplog.text
     assert "outlived its shutdown" not in caplog.text
+
+
+@pytest.mark.slow
+def test_a_stop_while_the_evaluation_process_starts_kills_it_at_once(tmp_path, monkeypatch, caplog):
+    """An evaluation process still making its env (a slow env's start) is not yet in the
+    collector torchrl hands back: a stop must still find it and kill it, or its shutdown
+    waited 120 s for torchrl's thread, then left the process running, and a run's exit
+    waits for its children (an hour here). Nor may it wait for torchrl's thread when a
+    killed process never acknowledges its weights (a USR1 within ~0.3 s of an
+    evaluation's trigger took 130 s to end a run)."""
+    cfg = load(["experiment=smoke", "env=gym", "env.id=tests.faulty_env:SlowStart-v0"])
+    env = env_config(cfg.env, tmp_path)
+    spaces, achievements = describe_env(env, 0)
+    making = tmp_path / "making"  # the evaluation process is making its env (for an hour)
+    env = OmegaConf.merge(env, {"kwargs": {"delay": 3600.0, "making": str(making)}})
+    agent = build_agent(cfg.model, cfg.learner, spaces)
+    uncaught = []
+    monkeypatch.setattr(threading, "excepthook", uncaught.append)
+    runner = EvalRunner(cfg, env, spaces, achievements)
+    runner.trigger(0, agent.policy)
+    deadline = time.monotonic() + 120
+    while not making.exists():
+        assert time.monotonic() < deadline, "the evaluation process never began its env"
+        time.sleep(0.05)
+    process = runner.process()
+    assert process is not None and process.is_alive()
+    stopping = threading.Thread(target=runner.shutdown, kwargs={"wanted": False}, daemon=True)
+    with caplog.at_level(logging.INFO):
+        stopping.start()
+        stopping.join(60)  # a hang detector, not a timing: seconds, against 120 s or more
+    assert not stopping.is_alive(), "the shutdown waits for torchrl's thread"
+    assert not process.is_alive()
+    assert not uncaught, [f"{a.exc_type.__name__}: {a.exc_value}" for a in uncaught]
+    assert "eval at env step 0 stopped by the shutdown" in caplog.text
+    assert "outlived its shutdown" not in caplog.text

@@ -88,7 +88,9 @@ def make_eval_env(
 
 @contextlib.contextmanager
 def _quiet_end_of(thread, step):
-    """Log one line, not a traceback, when a shutdown ends the worker ``thread`` waits on."""
+    """Log one line, not a traceback, when a shutdown ends the worker ``thread`` waits on,
+    then or later: a thread the shutdown leaves (a daemon, waiting for a killed process)
+    may still get that process's last message and raise after the shutdown returned."""
     previous = threading.excepthook
 
     def hook(args):
@@ -101,7 +103,21 @@ def _quiet_end_of(thread, step):
     try:
         yield
     finally:
-        threading.excepthook = previous
+        if thread is None or not thread.is_alive():
+            threading.excepthook = previous
+
+
+def _wait_for_builder(thread: threading.Thread, ended: bool) -> None:
+    """torchrl's evaluator ``thread``, woken by a shutdown, ends once it has built the
+    process (long only while the process makes its env), or at once if the process has
+    ``ended`` (its pipe closes), unless it waits for that process's weight acknowledgement:
+    one killed before it sent it never does (that wait has no timeout; the thread is a
+    daemon), and the join waited its whole 120 s."""
+    deadline = time.monotonic() + BUILD_TIMEOUT
+    while thread.is_alive() and time.monotonic() < deadline:
+        if ended and compat.waits_for_weight_acknowledgement(thread):
+            return
+        thread.join(0.05)
 
 
 class EvalRunner:
@@ -161,9 +177,11 @@ class EvalRunner:
         return self._result(self.evaluator.evaluate(policy, step=step))
 
     def process(self):
-        """The evaluation's ``multiprocessing.Process`` once started (torchrl has no accessor)."""
+        """The evaluation's ``multiprocessing.Process`` once started (torchrl has no accessor),
+        also while torchrl is still building its collector (the process is making its env)."""
         collector = compat.evaluator_collector(self.evaluator)
         procs = getattr(collector, "procs", None) or []
+        procs = procs or compat.evaluator_processes_being_started(self.evaluator)
         return procs[0] if procs else None
 
     def _died(self) -> bool:
@@ -278,20 +296,17 @@ class EvalRunner:
         close only between batches, so a stop mid-episode waited ~13 s (the evaluator's
         5 s join, then the collector's 8 s grace) before it was terminated."""
         process = self.process()
-        if not wanted and process is not None and process.is_alive():
-            process.kill()
-            process.join(timeout)
-        # an ended process leaves nothing to build, and torchrl's (daemon) thread may wait on
-        # it for good: a weight acknowledgement from a process killed before it sent one (the
-        # join below then waited its whole 120 s)
-        ended = process is not None and process.exitcode is not None
         thread = compat.evaluator_thread(self.evaluator)
-        with _quiet_end_of(thread, self.pending_step):
+        with _quiet_end_of(thread, self.pending_step):  # the kill may end the thread at once
+            if not wanted and process is not None and process.is_alive():
+                process.kill()
+                process.join(timeout)
+            ended = process is not None and process.exitcode is not None
             self.evaluator.shutdown()
             # a trigger just before may still be building the process in torchrl's thread,
             # which the shutdown waits only 5 s for: wait, then close what it built
-            if thread is not None and thread.ident is not None and not ended:
-                thread.join(BUILD_TIMEOUT)  # woken by the shutdown: long only while building
+            if thread is not None and thread.ident is not None:
+                _wait_for_builder(thread, ended)
                 self.evaluator.shutdown()  # a no-op where the first one closed it
         process = process or self.process()
         if process is not None and process.is_alive():
