@@ -53,6 +53,13 @@ def update_belief(prior, state, belief, action) -> torch.Tensor:
     return prior._update_belief(state, belief, action)
 
 
+def distribution_sample(module, distribution, kind) -> torch.Tensor:
+    """What tensordict's ``ProbabilisticTensorDictModule`` draws from ``distribution`` for
+    interaction type ``kind`` (``rsample`` or ``sample``, its fallbacks), without its
+    forward's TensorDict writes and log-probability."""
+    return module._dist_sample(distribution, interaction_type=kind)
+
+
 # -- the collector's parts torchrl builds and does not expose
 
 

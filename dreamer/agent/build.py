@@ -35,6 +35,7 @@ from torchrl.objectives import (
     ValueEstimators,
 )
 
+from dreamer.agent.acting import ActingPolicy
 from dreamer.agent.loss import DreamerLoss, Networks
 from dreamer.agent.masked import masked_multi_head_actor
 from dreamer.agent.networks import Carry, ContinuousActorNet, MultiDecoder, MultiEncoder, ToFloat
@@ -168,7 +169,7 @@ def acting_policy(
     obs_names: list[str],
 ) -> TensorDictSequential:
     """Observation -> posterior latent -> action, with the latent carried in ``next``."""
-    return TensorDictSequential(
+    return ActingPolicy(
         TensorDictModule(encoder, in_keys=obs_names, out_keys=["encoded_latents"]),
         RSSMStateEstimatorV3(prior, posterior),
         actor,
