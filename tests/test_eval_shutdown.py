@@ -16,19 +16,34 @@ from dreamer.envs.make import describe_env, env_config
 from dreamer.evaluation.runner import EvalRunner
 
 
+def triggered(tmp_path, **slow_start) -> EvalRunner:
+    """A runner whose evaluation at env step 0 was just triggered, on the smoke preset's
+    agent and ``SlowStart-v0`` with ``slow_start`` (its delays and files)."""
+    cfg = load(["experiment=smoke", "env=gym", "env.id=tests.faulty_env:SlowStart-v0"])
+    env = env_config(cfg.env, tmp_path)
+    spaces, achievements = describe_env(env, 0)
+    env = OmegaConf.merge(env, {"kwargs": slow_start})
+    agent = build_agent(cfg.model, cfg.learner, spaces)
+    runner = EvalRunner(cfg, env, spaces, achievements)
+    runner.trigger(0, agent.policy)  # the process starts in torchrl's backend thread
+    return runner
+
+
+def wait_for(path, what: str) -> None:
+    """Until the evaluation's env creates ``path`` (its own moment)."""
+    deadline = time.monotonic() + 120
+    while not path.exists():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
 @pytest.mark.slow
 def test_a_shutdown_right_after_a_trigger_closes_the_evaluation_process_it_started(
     tmp_path, caplog
 ):
-    cfg = load(["experiment=smoke", "env=gym", "env.id=tests.faulty_env:SlowStart-v0"])
-    env = env_config(cfg.env, tmp_path)
-    spaces, achievements = describe_env(env, 0)
-    # the evaluation process takes 8 s to make its env: past torchrl's 5 s shutdown wait
-    env = OmegaConf.merge(env, {"kwargs": {"delay": 8.0}})
-    agent = build_agent(cfg.model, cfg.learner, spaces)
     before = set(multiprocessing.active_children())
-    runner = EvalRunner(cfg, env, spaces, achievements)
-    runner.trigger(0, agent.policy)  # the process starts in torchrl's backend thread
+    # the evaluation process takes 8 s to make its env: past torchrl's 5 s shutdown wait
+    runner = triggered(tmp_path, delay=8.0)
     with caplog.at_level(logging.INFO):
         runner.shutdown()
     started = [p for p in multiprocessing.active_children() if p not in before]
@@ -48,20 +63,11 @@ def test_a_stop_during_an_evaluation_ends_it_at_once_without_a_traceback(
     reads a close only between batches: the stop waited ~13 s here (its 5 s join, then
     its collector's 8 s grace). torchrl's evaluator thread, blocked on its worker's
     results, raises when that worker ends: not printed as a crash."""
-    cfg = load(["experiment=smoke", "env=gym", "env.id=tests.faulty_env:SlowStart-v0"])
-    env = env_config(cfg.env, tmp_path)
-    spaces, achievements = describe_env(env, 0)
     stepped = tmp_path / "stepped"  # a byte per step of the evaluation's env
-    env = OmegaConf.merge(env, {"kwargs": {"step_delay": 1.0, "stepped": str(stepped)}})
-    agent = build_agent(cfg.model, cfg.learner, spaces)
     uncaught = []
     monkeypatch.setattr(threading, "excepthook", uncaught.append)
-    runner = EvalRunner(cfg, env, spaces, achievements)
-    runner.trigger(0, agent.policy)
-    deadline = time.monotonic() + 120
-    while not stepped.exists():  # into its episodes (50 steps of 1 s each)
-        assert time.monotonic() < deadline, "the evaluation never stepped its env"
-        time.sleep(0.05)
+    runner = triggered(tmp_path, step_delay=1.0, stepped=str(stepped))
+    wait_for(stepped, "the evaluation never stepped its env")  # 50 steps of 1 s each
     assert runner.process().is_alive() and runner.pending_step == 0
     before = stepped.stat().st_size
     with caplog.at_level(logging.INFO):
@@ -82,20 +88,11 @@ def test_a_stop_while_the_evaluation_process_starts_kills_it_at_once(tmp_path, m
     waits for its children (an hour here). Nor may it wait for torchrl's thread when a
     killed process never acknowledges its weights (a USR1 within ~0.3 s of an
     evaluation's trigger took 130 s to end a run)."""
-    cfg = load(["experiment=smoke", "env=gym", "env.id=tests.faulty_env:SlowStart-v0"])
-    env = env_config(cfg.env, tmp_path)
-    spaces, achievements = describe_env(env, 0)
     making = tmp_path / "making"  # the evaluation process is making its env (for an hour)
-    env = OmegaConf.merge(env, {"kwargs": {"delay": 3600.0, "making": str(making)}})
-    agent = build_agent(cfg.model, cfg.learner, spaces)
     uncaught = []
     monkeypatch.setattr(threading, "excepthook", uncaught.append)
-    runner = EvalRunner(cfg, env, spaces, achievements)
-    runner.trigger(0, agent.policy)
-    deadline = time.monotonic() + 120
-    while not making.exists():
-        assert time.monotonic() < deadline, "the evaluation process never began its env"
-        time.sleep(0.05)
+    runner = triggered(tmp_path, delay=3600.0, making=str(making))
+    wait_for(making, "the evaluation process never began its env")
     process = runner.process()
     assert process is not None and process.is_alive()
     stopping = threading.Thread(target=runner.shutdown, kwargs={"wanted": False}, daemon=True)

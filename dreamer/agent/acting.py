@@ -5,6 +5,8 @@ the same networks, with the recurrent latent as explicit inputs and outputs."""
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import InteractionType, TensorDictSequential
@@ -34,6 +36,19 @@ def env_action(action: torch.Tensor, spaces: EnvSpaces) -> torch.Tensor:
     return low + (action.clamp(-1.0, 1.0) + 1.0) * (high - low) / 2
 
 
+def posterior_step(rssm, embedding, state, belief, previous_action, is_init):
+    """``RSSMStateEstimatorV3``'s step on tensors (``rssm``: anything holding its ``prior``
+    and ``posterior``): the latent zeroed where an episode starts, the prior's GRU, the
+    posterior's sample; (state, belief) in float32, as it writes them."""
+    reset = is_init.reshape(*state.shape[:-1], 1)
+    state = torch.where(reset, 0, state)
+    belief = torch.where(reset, 0, belief)
+    previous_action = torch.where(reset, 0, previous_action)
+    belief = update_belief(rssm.prior, state, belief, previous_action)
+    _, state = rssm.posterior(belief, embedding)
+    return state.float(), belief.float()
+
+
 class ActingPolicy(TensorDictSequential):
     """torchrl's acting modules in sequence: the encoder, ``RSSMStateEstimatorV3``, the
     actor (its network, then its distribution) and the carry into ``next``. Where the
@@ -45,6 +60,14 @@ class ActingPolicy(TensorDictSequential):
     tests/test_acting.py holds it to torchrl's path, outputs and random stream; any other
     interaction type (the evaluation's mode) runs torchrl's path itself."""
 
+    @functools.cached_property
+    def actor_requests(self) -> list:
+        """What the actor's modules after its network read from the request (the masked
+        actor's masks), worked out once, not per call."""
+        net, *rest = self.module[2].module
+        keys = dict.fromkeys(key for module in rest for key in module.in_keys)
+        return [key for key in keys if key not in net.out_keys]
+
     def forward(self, tensordict: TensorDictBase, tensordict_out=None, **kwargs):
         encoder, estimator, actor, carry = self.module
         net, *middle, distribution = actor.module  # middle: the masked actor's mask filler
@@ -53,20 +76,14 @@ class ActingPolicy(TensorDictSequential):
             return super().forward(tensordict, tensordict_out, **kwargs)
         embedding = encoder.module(*(tensordict.get(key) for key in encoder.in_keys))
         state, belief, action = (tensordict.get(key) for key in estimator.in_keys[:3])
-        reset = tensordict.get(estimator.in_keys[4]).reshape(*tensordict.batch_size, 1)
-        state = torch.where(reset, 0, state)
-        belief = torch.where(reset, 0, belief)
-        action = torch.where(reset, 0, action)
-        belief = update_belief(estimator.prior, state, belief, action)
-        _, state = estimator.posterior(belief, embedding)
-        latent = dict(zip(estimator.out_keys, (state.float(), belief.float())))
+        reset = tensordict.get(estimator.in_keys[4])
+        state, belief = posterior_step(estimator, embedding, state, belief, action, reset)
+        latent = dict(zip(estimator.out_keys, (state, belief)))
         params = net.module(*(latent[key] for key in net.in_keys))
         params = dict(zip(net.out_keys, params if isinstance(params, tuple) else (params,)))
         params = TensorDict(params, tensordict.batch_size)
-        for key in dict.fromkeys(
-            key for module in (*middle, distribution) for key in module.in_keys
-        ):
-            if key not in params.keys() and key in tensordict.keys():
+        for key in self.actor_requests:
+            if key in tensordict.keys():  # else the mask filler fills it
                 params.set(key, tensordict.get(key))
         for module in middle:
             params = module(params)
@@ -104,14 +121,9 @@ class GreedyActingStep(nn.Module):
         is_init: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         embedding = self.encoder(*(observations[name] for name in self.obs_names))
-        reset = is_init.reshape(-1, 1)
-        state = torch.where(reset, 0, state)
-        belief = torch.where(reset, 0, belief)
-        previous_action = torch.where(reset, 0, previous_action)
-        belief = update_belief(self.prior, state, belief, previous_action)
-        _, state = self.posterior(belief, embedding)
-        action = self._greedy(state.float(), belief.float(), observations)
-        return env_action(action, self.spaces), state.float(), belief.float(), action
+        state, belief = posterior_step(self, embedding, state, belief, previous_action, is_init)
+        action = self._greedy(state, belief, observations)
+        return env_action(action, self.spaces), state, belief, action
 
     def _greedy(self, state, belief, observations) -> torch.Tensor:
         out = self.actor_net(state, belief)  # logits, or (mean, scale) for a box
