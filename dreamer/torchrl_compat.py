@@ -139,10 +139,23 @@ def share_pending_weights(collector) -> None:
 def worker_pids(collector) -> list[int]:
     """The env worker processes: torchrl's own, or with grouped envs those of its
     ``AsyncEnvPool`` (whose list is named ``threads``)."""
+    return [worker.pid for worker in env_pool_processes(collector) or collector._workers]
+
+
+def env_pool_processes(collector) -> list:
+    """A grouped collector's env pool processes (``collector.envs_per_worker`` > 1), else []."""
     workers = collector._workers
     if workers and not hasattr(workers[0], "pid"):
-        workers = collector._env_pool.threads
-    return [worker.pid for worker in workers]
+        return list(collector._env_pool.threads)
+    return []
+
+
+def fail_collection(collector, error: BaseException) -> None:
+    """Make the collector's iterator raise (a ``RuntimeError`` from ``error``) as it does
+    for a worker's exception: torchrl watches a grouped collector's driver threads, not its
+    pool's processes, so a dead pool process left the iterator waiting for ever (and the
+    run, its stop signal unseen, until SIGKILL)."""
+    collector._result_queue.put(error)
 
 
 def inference_server_process(collector):

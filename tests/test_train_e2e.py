@@ -28,6 +28,7 @@ from tests.runs import (
     ROOT,
     UNTIL_STOPPED,
     Trainer,
+    all_gone,
     parent,
     read_metrics,
     run_module,
@@ -357,10 +358,15 @@ def test_grouped_env_workers_train_with_pushes_to_a_server_thread(tmp_path):
     env pool of processes, and the policy is served from a driver thread. The run logs
     the pool's processes (it paces those), which fork from the run's forkserver (spawned,
     each imported torch and torchrl anew), pushes weights to the thread server and trains
-    (it crashed at its first batch: a worker thread has no pid)."""
+    (it crashed at its first batch: a worker thread has no pid). A pool process that dies
+    is replaced with its collector, twice, and the run goes on: torchrl sees a dead pool
+    process only while its driver thread waits for results, not while that thread is
+    blocked sending to it; a run then waited for ever, its own stop signals unseen.
+    Killed once the run trains steadily, which left the thread blocked each time here."""
     logdir = tmp_path / "run"
     grouped = ("run.envs=4", "collector.envs_per_worker=2", "eval.every=0", UNTIL_STOPPED)
     trainer = Trainer(logdir, *QUICK, *grouped, log=tmp_path / "run.log")
+    victims = []
     try:
         pool = [int(pid) for pid in trainer.wait_for(r"env worker pids: ([\d ]+)").split()]
         servers = {parent(pid) for pid in pool}  # read while the run cannot end
@@ -370,11 +376,23 @@ def test_grouped_env_workers_train_with_pushes_to_a_server_thread(tmp_path):
             "a row after a weight push",
             running=trainer,
         )
+        quiet = trainer.text()
+        trainer.wait_rows(past=pushed[-1]["env_steps"] + 300)
+        for death in (1, 2):
+            victims.append(pool[0])
+            os.kill(pool[0], signal.SIGTERM)
+            # a hang detector: the replacement takes seconds, without the watch for ever
+            trainer.wait_for("replacing the collector", count=death, timeout=90)
+            pool = trainer.wait_for(r"env worker pids: ([\d ]+)", count=death + 1)
+            pool = [int(pid) for pid in pool.split()]
+        replaced = read_metrics(logdir, live=True)[-1]["env_steps"]
+        went_on = trainer.wait_rows(past=replaced + 200)
     finally:
-        code = trainer.stop()
+        code = trainer.stop(timeout=120)  # a hung run ignores it: the test fails, not waits
     assert code == REQUEUE_EXIT, trainer.tail()
     # one forkserver, forked from the driver
     assert len(pool) == 2 and len(servers) == 1 and drivers == {trainer.pid}, (servers, drivers)
     assert pushed[-1]["updates"] > 0  # the pushes reached the served policy
-    noise = [line for line in trainer.text().splitlines() if re.search(r"WARN|ERROR|Trace", line)]
+    noise = [line for line in quiet.splitlines() if re.search(r"WARN|ERROR|Trace", line)]
     assert not noise, noise
+    assert went_on[-1]["env/restarts"] == 2 and all_gone(victims, timeout=0) == []

@@ -9,6 +9,7 @@ import itertools
 import logging
 import os
 import signal
+import threading
 
 import torch
 from tensordict import TensorDict
@@ -226,6 +227,35 @@ def lower_priority(pids: list[int]) -> None:
 DONE = object()
 
 
+class PoolWatch:
+    """Ends the collector's iteration (``compat.fail_collection``: a ``RuntimeError`` the
+    self-healing collector replaces it on) once a process of its grouped env pool has died,
+    looking every ``interval`` s from a thread of its own; nothing for other collectors."""
+
+    def __init__(self, collector, interval: float = 0.5):
+        self._processes = compat.env_pool_processes(collector) if collector is not None else []
+        self._ended = threading.Event()
+        self._thread = None
+        if self._processes:
+            self._thread = threading.Thread(
+                target=self._watch, args=(collector, interval), name="env-pool-watch", daemon=True
+            )
+            self._thread.start()
+
+    def _watch(self, collector, interval: float) -> None:
+        while not self._ended.wait(interval):
+            dead = [process for process in self._processes if process.exitcode is not None]
+            if dead:
+                exits = ", ".join(f"pid {p.pid} (exit code {p.exitcode})" for p in dead)
+                compat.fail_collection(collector, RuntimeError(f"env pool process died: {exits}"))
+                return
+
+    def stop(self) -> None:
+        self._ended.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+
 class SelfHealingCollector:
     """Iterates a collector, and replaces it when it fails: torchrl raises when an env worker
     or the inference process dies but cannot replace one, so ``make(replacements)`` rebuilds
@@ -248,6 +278,7 @@ class SelfHealingCollector:
         self.pids: list[int] = []  # the current collector's env workers and inference process
         self.held: list[int] = []  # those pace=stop has stopped now
         self.deferred = None  # a weight push due while they were stopped: (policy, timeout)
+        self.watch = PoolWatch(None)
 
     def start(self) -> None:
         self.current = self._make(self.replacements)
@@ -304,9 +335,13 @@ class SelfHealingCollector:
                 self.pids = pids + ([server.pid] if server is not None else [])
                 if self.pace == "nice":
                     lower_priority(self.pids)
-                for batch in itertools.chain([first], batches):
-                    failures = 0
-                    yield batch
+                self.watch = PoolWatch(collector)
+                try:
+                    for batch in itertools.chain([first], batches):
+                        failures = 0
+                        yield batch
+                finally:
+                    self.watch.stop()
                 return
             except RuntimeError as error:
                 failures += 1
@@ -373,5 +408,6 @@ class SelfHealingCollector:
 
     def shutdown(self) -> None:
         self.held, self.deferred = [], None  # (paced's exit has continued them)
+        self.watch.stop()
         if self.current is not None:
             self.current.shutdown()
