@@ -228,31 +228,28 @@ DONE = object()
 
 
 class PoolWatch:
-    """Ends the collector's iteration (``compat.fail_collection``: a ``RuntimeError`` the
-    self-healing collector replaces it on) once a process of its grouped env pool has died,
-    looking every ``interval`` s from a thread of its own; nothing for other collectors."""
+    """Calls ``died(error)`` once one of ``processes`` has exited, looking every
+    ``interval`` s from a thread of its own (none for no processes)."""
 
-    def __init__(self, collector, interval: float = 0.5):
-        self._processes = compat.env_pool_processes(collector) if collector is not None else []
+    def __init__(self, processes: list, died, interval: float = 0.5):
         self._ended = threading.Event()
         self._thread = None
-        if self._processes:
+        if processes:
             self._thread = threading.Thread(
-                target=self._watch, args=(collector, interval), name="env-pool-watch", daemon=True
+                target=self._watch, args=(processes, died, interval), daemon=True
             )
             self._thread.start()
 
-    def _watch(self, collector, interval: float) -> None:
+    def _watch(self, processes: list, died, interval: float) -> None:
         while not self._ended.wait(interval):
-            dead = [process for process in self._processes if process.exitcode is not None]
-            if dead:
+            if dead := [process for process in processes if process.exitcode is not None]:
                 exits = ", ".join(f"pid {p.pid} (exit code {p.exitcode})" for p in dead)
-                compat.fail_collection(collector, RuntimeError(f"env pool process died: {exits}"))
+                died(RuntimeError(f"env pool process died: {exits}"))
                 return
 
     def stop(self) -> None:
         self._ended.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
+        if self._thread is not None:
             self._thread.join()
 
 
@@ -278,7 +275,7 @@ class SelfHealingCollector:
         self.pids: list[int] = []  # the current collector's env workers and inference process
         self.held: list[int] = []  # those pace=stop has stopped now
         self.deferred = None  # a weight push due while they were stopped: (policy, timeout)
-        self.watch = PoolWatch(None)
+        self.watch = PoolWatch([], None)  # a grouped collector's pool, while it is iterated
 
     def start(self) -> None:
         self.current = self._make(self.replacements)
@@ -335,7 +332,11 @@ class SelfHealingCollector:
                 self.pids = pids + ([server.pid] if server is not None else [])
                 if self.pace == "nice":
                     lower_priority(self.pids)
-                self.watch = PoolWatch(collector)
+                # torchrl sees a dead pool process only while its thread waits for results
+                self.watch = PoolWatch(
+                    compat.env_pool_processes(collector),
+                    functools.partial(compat.fail_collection, collector),
+                )
                 try:
                     for batch in itertools.chain([first], batches):
                         failures = 0
