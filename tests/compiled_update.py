@@ -1,6 +1,8 @@
-"""One learner update of the smoke agent in a process of its own, written to ``out``:
-its losses, its gradients, how long the first update took (compiling included) and
-what inductor's compile cache counted (hits: graphs loaded, misses: graphs compiled).
+"""One learner update of the smoke agent on the cue env's spaces (the suite's trainer runs'
+agent: a run of ``experiment=smoke env=cue`` compiles the same graphs) in a process of its
+own, written to ``out``: its losses, its gradients, how long the first update took
+(compiling included) and what inductor's compile cache counted (hits: graphs loaded,
+misses: graphs compiled).
 
     python -m tests.compiled_update OUT [overrides...]
 """
@@ -13,18 +15,17 @@ import torch
 
 from dreamer.agent.build import build_agent
 from dreamer.command_line import load
-from dreamer.data.replay import random_batch
 from dreamer.learning.learner import Learner
-from tests.batches import MULTI_KEY
+from tests.batches import real_batch
 
-BASE = ["experiment=smoke"]
+BASE = ["experiment=smoke", "env=cue"]
 
 
 def one_update(overrides: list[str]) -> dict:
     cfg = load([*BASE, *overrides])
-    batch = random_batch(MULTI_KEY, cfg.replay.batch, cfg.replay.length)
+    spaces, batch = real_batch(cfg, cfg.replay.batch, cfg.replay.length)
     torch.manual_seed(0)
-    agent = build_agent(cfg.model, cfg.learner, MULTI_KEY)
+    agent = build_agent(cfg.model, cfg.learner, spaces)
     learner = Learner(agent, cfg.learner, torch.device("cpu"))
     torch.manual_seed(1)
     started = time.perf_counter()

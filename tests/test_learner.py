@@ -178,6 +178,11 @@ def test_persistent_nan_stops_after_max_skips():
         ([], "cpu", {"compile": False, "cudagraph": False, "bf16": False}),
         ([], "cuda", {"compile": True, "cudagraph": True, "bf16": True}),
         (["learner.compile=true"], "cpu", {"compile": True, "cudagraph": False, "bf16": False}),
+        (  # the CPU run the README names compiles its update's steps
+            ["experiment=dmc_proprio_cpu", "learner.precision=fp32"],
+            "cpu",
+            {"compile": True, "cudagraph": False, "bf16": False},
+        ),
         (
             ["learner.compile=false", "learner.precision=fp32"],
             "cuda",

@@ -4,14 +4,13 @@ falls while a burst of updates holds the env steps (tqdm's stood at its last val
 
 import io
 import re
-import signal
 import time
 
 import pytest
 
 from dreamer.outputs import logs
 from dreamer.runtime.schedules import TrainRatio
-from tests.runs import UNTIL_STOPPED, Trainer, run_trainer
+from tests.runs import run_trainer
 
 
 def test_a_resumed_runs_bar_rates_its_own_updates(monkeypatch):
@@ -139,26 +138,3 @@ def test_a_runs_bar_shows_the_loops_eta_and_counts_every_update_to_its_end(tmp_p
     made = int(re.search(r"done: \d+ env steps, (\d+) updates", screen)[1])
     assert made >= 100 and frames[-1] == ("00:00", made)
     assert all((eta == "?") == (updates < 2) for eta, updates in frames), frames
-
-
-@pytest.mark.slow
-def test_a_compiling_runs_screen_says_what_runs_before_its_first_update(tmp_path):
-    """The CPU run the README names (DMC from proprioception, compiled) compiles its
-    update at the first: up to a minute in which the screen said nothing after the
-    collector's lines. A line says what runs; the speed note follows the first updates."""
-    preset = ("experiment=dmc_proprio_cpu", "env.task=cartpole_balance", "run.envs=2")
-    trainer = Trainer(tmp_path / "run", *preset, UNTIL_STOPPED, log=tmp_path / "run.log")
-    try:
-        trainer.wait_for(r"learner update takes", timeout=400)
-    finally:
-        trainer.process.send_signal(signal.SIGTERM)
-        trainer.wait(300)
-    lines = trainer.text().splitlines()
-
-    def first(text: str) -> int:
-        return next(i for i, line in enumerate(lines) if text in line)
-
-    start = first("training size1m on dmc")
-    assert "compiled (RSSM steps)" in lines[start]
-    compiling = first("the first update compiles the learner: tens of seconds")
-    assert start < first("env worker pids") < compiling < first("under way") < first("takes")

@@ -295,9 +295,12 @@ def test_resume_latest_continues_the_newest_unfinished_run_without_its_path(pree
 def make_resume(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     """``make resume`` as a user types it in ``cwd`` (a clone's folder: its runs/)."""
     make = ["make", "-s", "-f", str(ROOT / "Makefile"), "-o", ".venv/.installed", "resume"]
+    # ARGS= by default: not the ARGS of a `make test ARGS=...` this suite may run under
+    # (MAKEFLAGS hands a make's command-line variables to every make below it)
     return subprocess.run(
-        [*make, f"PY={sys.executable}", *args], cwd=cwd, capture_output=True, text=True, timeout=600
-    )
+        [*make, f"PY={sys.executable}", *(args or ["ARGS="])],
+        cwd=cwd, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from dreamer.runtime.cores import usable_cores
 from dreamer.runtime.dist import GradientAverager
 from dreamer.runtime.malloc import keep_freed_memory
 from dreamer.runtime.world import World
+
+log = logging.getLogger("dreamer")
 
 
 class NonFiniteError(RuntimeError):
@@ -63,6 +66,43 @@ def use_compile_cache() -> None:
     if chosen is None or Path(chosen) == Path(default_cache_dir()):
         base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(base / "dreamer" / "torch-compile")
+
+
+class CompileNote:
+    """Two lines around a compiled learner's first update: what the wait is, then how long
+    it took and how many graphs torch compiled or loaded from its compile cache (a second
+    run that compiles again has a cache it cannot use: a new torch, or a wiped folder)."""
+
+    def __init__(self, compiling: bool):
+        self.before: dict[str, int] | None = None
+        self.pending = compiling
+
+    @staticmethod
+    def counts() -> dict[str, int]:
+        from torch._dynamo.utils import counters  # inductor's own cache hits and misses
+
+        return {key: counters["inductor"][f"fxgraph_cache_{key}"] for key in ("hit", "miss")}
+
+    def before_update(self) -> None:
+        if self.pending and self.before is None:
+            log.info(
+                "the first update compiles the learner: tens of seconds the first time on "
+                "this machine, seconds once torch's compile cache holds it"
+            )
+            self.before = self.counts()
+
+    def after_update(self, seconds: float) -> None:
+        if self.pending and self.before is not None:
+            self.pending = False
+            after = self.counts()
+            log.info(
+                "the learner compiled in %.1f s: %d graphs compiled, %d loaded from torch's "
+                "compile cache (%s)",
+                seconds,
+                after["miss"] - self.before["miss"],
+                after["hit"] - self.before["hit"],
+                os.environ.get("TORCHINDUCTOR_CACHE_DIR", default_cache_dir()),
+            )
 
 
 CUDA_THREADS = 4  # a GPU learner's host threads only sample replay and launch kernels

@@ -20,7 +20,7 @@ from dreamer.data.collect import CollectorError, pace_mode, path_note
 from dreamer.envs import registry
 from dreamer.errors import ConfigError
 from dreamer.evaluation.periodic import PeriodicEvaluation
-from dreamer.learning.learner import NonFiniteError, describe, learner_threads
+from dreamer.learning.learner import CompileNote, NonFiniteError, describe, learner_threads
 from dreamer.outputs import metric_keys
 from dreamer.outputs.logs import (
     IntervalMeans,
@@ -111,6 +111,7 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
     extras = {"config": OmegaConf.to_container(cfg), "spaces": spaces_to_dict(parts.spaces)}
     save = checkpoint.Saver(logdir, parts.registry, extras, cfg.run.keep, cfg.run.save_failures)
     losses, timers, under_way = IntervalMeans(), LoopTimers(learner.updates), StartLine()
+    compiled = CompileNote(learner.modes["compile"])
     alone = not world.distributed  # acts on its own stop signal at once; ranks at the lockstep
     evaluation = progress = None
     finished = failed_output = stopping = False  # failed_output: a full disk
@@ -134,19 +135,16 @@ def train(cfg, logdir: Path, resume: dict | None, world: World, device, build=bu
                     )
                     due = parts.train_ratio(env_steps, ready)
                     progress.expect(learner.updates + due + parts.train_ratio.left(cfg.run.steps))
-                    if due and not under_way.said and learner.modes["compile"]:
-                        log.info(
-                            "the first update compiles the learner: tens of seconds the first "
-                            "time on this machine, seconds once torch's compile cache holds it"
-                        )
                     with collector.paced(due > 0):
                         for _ in range(due):
                             with timers.phase("sample"):
                                 batch = replay.sample()
+                            compiled.before_update()
                             started = time.perf_counter()
                             with signals.ctrl_c_after_block():
                                 losses.add(learner.update(batch))
                             timers.add("update", seconds := time.perf_counter() - started)
+                            compiled.after_update(seconds)
                             speed_note(seconds)
                             under_way.updated(env_steps)
                             progress.update(env_steps, learner.updates)
