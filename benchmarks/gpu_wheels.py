@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -143,18 +144,32 @@ def wheel_version(path: Path) -> str:
     return str(parse_wheel_filename(path.name)[1])
 
 
-def fetch(name: str, version: str, folder: Path) -> str:
-    """One wheel of name==version into folder: the cp312 binary, else built from source."""
+def fetch(wanted: dict[str, str], folder: Path) -> dict[str, str]:
+    """Each wheel of name==version into folder: "binary" where the index has a cp312 one
+    (one pip for them all: a pip per wheel cost ~1 CPU-s each), else "built" from source."""
+    how, todo = {}, dict(wanted)
+    while todo:
+        specs = [f"{name}=={version}" for name, version in todo.items()]
+        done = pip("download", "--quiet", "--no-deps", *target_args(), "-d", str(folder), *specs)
+        if done.returncode == 0:
+            return how | dict.fromkeys(todo, "binary")
+        # pip resolves every name before it downloads any, and names the first it cannot
+        found = re.search(r"No matching distribution found for (\S+)", done.stderr)
+        name = found and canonicalize_name(Requirement(found[1]).name)
+        if name not in todo:
+            sys.exit(f"gpu_wheels: pip download failed:\n{done.stderr.strip()}")
+        how[name] = build_from_source(name, todo.pop(name), folder, done.stderr)
+    return how
+
+
+def build_from_source(name: str, version: str, folder: Path, why: str) -> str:
+    """Source-only on the index: pure-Python sdists build to py3-none-any wheels."""
     spec = f"{name}=={version}"
-    done = pip("download", "--quiet", "--no-deps", *target_args(), "-d", str(folder), spec)
-    if done.returncode == 0:
-        return "binary"
-    # source-only on the index: pure-Python sdists build to py3-none-any wheels
     built = pip("wheel", "--quiet", "--no-deps", "--no-binary", name, "-w", str(folder), spec)
     if built.returncode != 0:
         sys.exit(
             f"gpu_wheels: no cp312 wheel for {spec} and building one failed:\n"
-            f"{done.stderr.strip()}\n{built.stderr.strip()}"
+            f"{why.strip()}\n{built.stderr.strip()}"
         )
     return "built"
 
@@ -167,9 +182,9 @@ def build(folder: Path) -> int:
             if wanted.get(name) != wheel_version(path):
                 path.unlink()  # stale: another version, or no longer needed
     have = wheels(folder)
+    how = fetch({name: v for name, v in wanted.items() if name not in have}, folder)
     for name, version in wanted.items():
-        how = "kept" if name in have else fetch(name, version, folder)
-        print(f"{name}=={version}: {how}", flush=True)
+        print(f"{name}=={version}: {how.get(name, 'kept')}", flush=True)
     return report(folder, wanted)
 
 
