@@ -27,12 +27,19 @@ RUN = ["experiment=smoke", "run.progress=false"]  # 2,000 Crafter steps, evaluat
 QUICK = ["run.steps=300", "run.train_starts=200", "eval.every=0"]
 
 
-def run(frozen: bool, overrides: list[str]) -> dict:
-    """One real run; its last metrics row's gc figures."""
+def train(arguments: list[str]) -> subprocess.CompletedProcess:
+    """``python -m dreamer.train arguments``, to its end, its output captured."""
+    command = [sys.executable, "-m", "dreamer.train", *arguments]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=3600)
+
+
+def run(frozen: bool, overrides: list[str], launch=train) -> dict:
+    """One real run (``launch``: how a trainer runs, the tests' forks it from their zygote);
+    its last metrics row's gc figures."""
     with tempfile.TemporaryDirectory() as logdir:
-        command = [sys.executable, "-m", "dreamer.train", *RUN, *overrides]
-        command += [f"run.gc_freeze={str(frozen).lower()}", f"run.logdir={logdir}"]
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=3600)
+        done = launch(
+            [*RUN, *overrides, f"run.gc_freeze={str(frozen).lower()}", f"run.logdir={logdir}"]
+        )
         if done.returncode:
             raise RuntimeError(f"exit {done.returncode}: {done.stderr[-3000:]}")
         row = [r for r in jsonl_rows(Path(logdir) / "metrics.jsonl") if "gc/seconds" in r][-1]
@@ -48,14 +55,14 @@ def run(frozen: bool, overrides: list[str]) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, launch=train) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a 300-step run each way")
     parser.add_argument("--json", type=Path)
     parser.add_argument("overrides", nargs="*", help="the runs' config overrides")
     args = parser.parse_args(argv)
     overrides = (QUICK if args.quick else []) + args.overrides
-    ways = {name: run(name == "frozen", overrides) for name in ("unfrozen", "frozen")}
+    ways = {name: run(name == "frozen", overrides, launch) for name in ("unfrozen", "frozen")}
     unfrozen, frozen = (ways[name]["full_collection_s"] for name in ("unfrozen", "frozen"))
     ratio = unfrozen / frozen if frozen else float("inf")
     design = DESIGN["unfrozen"] / DESIGN["frozen"]
