@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 from tensordict import TensorDictBase
-from torch._inductor.runtime.runtime_utils import default_cache_dir
+from torch._inductor.runtime.runtime_utils import cache_dir, default_cache_dir
 from torchrl.trainers.algorithms import DreamerV3OptimizationStepper, DreamerV3Optimizer
 
 from dreamer.agent.build import Agent
@@ -101,7 +101,7 @@ class CompileNote:
                 seconds,
                 after["miss"] - self.before["miss"],
                 after["hit"] - self.before["hit"],
-                os.environ.get("TORCHINDUCTOR_CACHE_DIR", default_cache_dir()),
+                cache_dir(),  # the folder inductor used, as it names it
             )
 
 
