@@ -57,6 +57,20 @@ def trainer_command(logdir: Path, *overrides: str, progress: bool = False) -> li
     ]
 
 
+# what a make above the suite hands every make below it: a user's shell has none of them
+MAKE_VARIABLES = ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")
+
+
+def as_a_user() -> dict[str, str]:
+    """This environment as a user's shell has it, for a make the test runs as they type it:
+    without ``MAKE_VARIABLES`` and the variables a ``make test ARGS=...`` above the suite
+    defined on its command line (make exports them, and lists them in ``MAKEFLAGS`` after
+    ``--``, a space in a value escaped)."""
+    _, _, defined = os.environ.get("MAKEFLAGS", "").partition("-- ")
+    handed = {word.split("=", 1)[0] for word in re.split(r"(?<!\\) ", defined) if "=" in word}
+    return {k: v for k, v in os.environ.items() if k not in {*MAKE_VARIABLES, *handed}}
+
+
 def run_trainer(
     logdir: Path, *overrides: str, timeout: float = 600, preexec_fn=None, progress: bool = False
 ) -> subprocess.CompletedProcess:

@@ -17,7 +17,7 @@ from dreamer.envs.make import make_env
 from dreamer.errors import ConfigError
 from dreamer.outputs import metric_keys
 from dreamer.runtime import checkpoint
-from tests.runs import ROOT, forked_runs, read_metrics, run_trainer, venv_without
+from tests.runs import ROOT, as_a_user, forked_runs, read_metrics, run_trainer, venv_without
 
 pytest.importorskip("dm_control")
 try:
@@ -219,8 +219,9 @@ def test_make_train_installs_the_extra_the_chosen_env_lacks_then_trains(tmp_path
     args = f"ARGS=experiment=dmc_proprio_cpu {short} run.logdir={logdir}"
     make = ["make", "-s", "-f", str(ROOT / "Makefile"), "-o", ".venv/.installed", "train"]
     done = subprocess.run(
-        [*make, f"PY={python}", args], cwd=tmp_path, capture_output=True, text=True, timeout=900
-    )
+        [*make, f"PY={python}", args],
+        cwd=tmp_path, env=as_a_user(), capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     needs = "dm-control>=1.0.50 mujoco<4,>=3.17"  # pyproject.toml's dmc extra
     assert done.stdout.startswith(f"env: dmc needs dm_control: installing {needs}\n")

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.runs import as_a_user
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "peers" / "venvs.py"
 REQUIRED = ("dreamerv3/agent.py", "dreamerv3/configs.yaml", "embodied/jax/agent.py")
@@ -97,9 +99,9 @@ def test_make_peers_fails_on_a_bad_source(tmp_path):
     existed = (ROOT / ".venv-peers").exists()
     bad = tmp_path / "nowhere"
     result = subprocess.run(
-        # ARGS= : not the ARGS of a make test this suite may run under (MAKEFLAGS passes it)
-        ["make", "--no-print-directory", "peers", f"OFFICIAL_SRC={bad}", "ARGS="],
+        ["make", "--no-print-directory", "peers", f"OFFICIAL_SRC={bad}"],
         cwd=ROOT,
+        env=as_a_user(),
         capture_output=True,
         text=True,
         timeout=60,

@@ -23,6 +23,7 @@ from tests.runs import (
     UNTIL_STOPPED,
     Trainer,
     all_gone,
+    as_a_user,
     descendants,
     read_metrics,
     run_module,
@@ -167,13 +168,12 @@ def on_a_terminal(command: str, until: bytes, timeout: float = 300) -> tuple[int
     run with ``&`` did: the run took the terminal and ignored every Ctrl-C): a run that
     takes the terminal takes its Ctrl-C, whatever it inherited. Returns the exit code
     and the screen."""
+    user = as_a_user()  # not `make test`'s (a sub-make prints "Leaving directory" last)
     pid, terminal = pty.fork()
     if pid == 0:  # the child: the terminal's session leader
         os.chdir(ROOT)
-        for inherited in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS"):  # `make test`'s, not a user's
-            os.environ.pop(inherited, None)  # (a sub-make prints "Leaving directory" last)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        os.execvp("sh", ["sh", "-c", command])
+        os.execvpe("sh", ["sh", "-c", command], user)
     screen, typed, deadline = b"", False, time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not typed and until in screen:
@@ -295,11 +295,9 @@ def test_resume_latest_continues_the_newest_unfinished_run_without_its_path(pree
 def make_resume(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     """``make resume`` as a user types it in ``cwd`` (a clone's folder: its runs/)."""
     make = ["make", "-s", "-f", str(ROOT / "Makefile"), "-o", ".venv/.installed", "resume"]
-    # ARGS= by default: not the ARGS of a `make test ARGS=...` this suite may run under
-    # (MAKEFLAGS hands a make's command-line variables to every make below it)
     return subprocess.run(
-        [*make, f"PY={sys.executable}", *(args or ["ARGS="])],
-        cwd=cwd, capture_output=True, text=True, timeout=600,
+        [*make, f"PY={sys.executable}", *args],
+        cwd=cwd, env=as_a_user(), capture_output=True, text=True, timeout=600,
     )  # fmt: skip
 
 
